@@ -1,0 +1,140 @@
+"""``omni`` command line. User errors (OmniError) are caught here, once."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from omni.errors import OmniError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="NUMA-pinned benchmark sweeps of CPU LLM inference.")
+out = Console()
+err = Console(stderr=True)
+
+EXIT_RUNS_FAILED = 1
+EXIT_USER_ERROR = 2
+
+
+@app.command()
+def validate(spec: Path = typer.Argument(..., help="sweep spec, YAML or JSON")) -> None:
+    """Validate SPEC and print its expanded arms."""
+    from omni.spec import expanded_arms_table, load_spec
+
+    loaded = load_spec(spec)
+    rows = expanded_arms_table(loaded.sweep)
+    table = Table(title=f"{loaded.sweep.name}: {len(rows)} arm(s) x {loaded.sweep.passes} pass(es)")
+    for key in rows[0]:
+        table.add_column(str(key))
+    for row in rows:
+        table.add_row(*(str(v) for v in row.values()))
+    out.print(table)
+    out.print(f"spec sha256 {loaded.sha256}  baseline {loaded.sweep.baseline_arm}")
+
+
+def print_plan(prepared, results: Path) -> None:
+    from omni.plan import describe_plan
+    from omni.sweep import REPO_ROOT
+
+    plan = describe_plan(prepared.items, Path(results).resolve(), REPO_ROOT)
+    out.print(f"sweep {prepared.sweep_id}: {len(plan)} run(s), nothing launched (--dry-run)")
+    for p in plan:
+        out.print(
+            f"[bold]#{p['order']}[/] pass {p['pass']} arm {p['arm']} run {p['run_id']} "
+            f"node {p['node']} cpus {p['cpus']} membind {p['membind']} via {p['method']}",
+            highlight=False,
+        )
+        env = " ".join(f"{k}={v}" for k, v in p["env"].items())
+        out.print(f"    {env} {p['command']}", highlight=False, markup=False, soft_wrap=True)
+
+
+def watch_progress(results: Path, sweep_id: str, total: int, done: threading.Event) -> None:
+    """Progress from the rows on disk: each row lands the moment its run ends."""
+    from omni.store import stored_run_ids
+
+    columns = (TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=err, transient=True) as progress:
+        bar = progress.add_task("runs", total=total)
+        while not done.wait(0.5):
+            progress.update(bar, completed=len(stored_run_ids(results, sweep_id)))
+
+
+@app.command()
+def sweep(
+    spec: Path = typer.Argument(..., help="sweep spec, YAML or JSON"),
+    passes: Optional[int] = typer.Option(None, min=1, help="override the spec's passes"),
+    results: Path = typer.Option(Path("results"), help="results directory"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="print the plan (commands, placements) and run nothing"),
+    force: bool = typer.Option(False, "--force", help="run even when the slot's cores are busy (recorded)"),
+) -> None:
+    """Run a sweep locally (Prefect ephemeral mode, no server needed)."""
+    from omni.sweep import prepare_sweep
+
+    prepared = prepare_sweep(spec, passes=passes, results=results, force=force)
+    if dry_run:
+        print_plan(prepared, results)
+        return
+    from flows.sweep import sweep as sweep_flow
+
+    done = threading.Event()
+    watcher = threading.Thread(
+        target=watch_progress, args=(results, prepared.sweep_id, len(prepared.items), done), daemon=True
+    )
+    watcher.start()
+    try:
+        summary = sweep_flow(
+            spec=str(spec), passes=passes, results=str(results), force=force, sweep_id=prepared.sweep_id
+        )
+    finally:
+        done.set()
+        watcher.join()
+    out.print(summary["table"], highlight=False, markup=False)
+    out.print(f"rows in {Path(results) / 'runs' / ('sweep=' + summary['sweep_id'])}")
+    for failed in summary["failed"]:
+        err.print(f"run {failed['run_id']} ({failed['arm']}) {failed['status']}: {failed['error']}", markup=False)
+    if summary["failed"]:
+        raise typer.Exit(EXIT_RUNS_FAILED)
+
+
+@app.command()
+def table(
+    sweep_id: str = typer.Argument(..., help="sweep id (the sweep=… folder name)"),
+    results: Path = typer.Option(Path("results"), help="results directory"),
+) -> None:
+    """Print the per-arm table (n, median, min, max) of a stored sweep."""
+    from omni.store import stored_run_ids
+    from omni.sweep import format_table, sweep_table
+
+    if not stored_run_ids(results, sweep_id):
+        raise OmniError(f"no rows for sweep {sweep_id!r} under {results / 'runs'}; list them with ls {results / 'runs'}")
+    out.print(format_table(sweep_table(results, sweep_id)), highlight=False, markup=False)
+
+
+def main() -> None:
+    try:
+        app(standalone_mode=False)
+    except OmniError as error:
+        err.print(f"error: {error}", markup=False, highlight=False)
+        sys.exit(EXIT_USER_ERROR)
+    except typer.Exit as exit_:
+        sys.exit(exit_.exit_code)
+    except typer.Abort:
+        err.print("aborted")
+        sys.exit(130)
+    except Exception as error:  # click usage errors arrive here in non-standalone mode
+        import click
+
+        if isinstance(error, click.ClickException):
+            error.show()
+            sys.exit(EXIT_USER_ERROR)
+        raise
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,63 @@
+"""The engine side of the engine protocol (see DESIGN.md).
+
+The orchestrator runs ``<env python> -m omni.engines.<kind> --arm ARM.json
+--out RESULT.json``. The engine prints progress to stderr, marks its phases
+with :func:`mark_phase` so the orchestrator can split memory into after-load
+and steady, writes one JSON object to ``--out`` and exits 0. Anything else is
+a failed run.
+
+This module runs inside engine environments, which may lack the
+orchestrator's packages: standard library only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+# A line the orchestrator's log reader recognises: "omni-phase: loaded"
+PHASE_PREFIX = "omni-phase: "
+PHASES = ("load", "loaded", "steady")
+
+
+def mark_phase(name: str) -> None:
+    """Tell the orchestrator a phase began (it timestamps the line on arrival)."""
+    sys.stderr.write(f"{PHASE_PREFIX}{name}\n")
+    sys.stderr.flush()
+
+
+def log(message: str) -> None:
+    sys.stderr.write(f"[{os.getpid()}] {message}\n")
+    sys.stderr.flush()
+
+
+def base_provenance() -> dict:
+    return {"python_version": platform.python_version(), "pid": os.getpid()}
+
+
+def write_result(path: Path, result: dict) -> None:
+    """Write the result JSON atomically: a reader never sees half of it."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(result, sort_keys=True, default=str))
+    os.replace(tmp, path)
+
+
+def serve(run: Callable[[dict], dict], argv: list[str] | None = None) -> int:
+    """Parse the protocol's arguments, run the engine on the arm, write the result."""
+    parser = argparse.ArgumentParser(description="omni engine protocol")
+    parser.add_argument("--arm", required=True, type=Path)
+    parser.add_argument("--out", required=True, type=Path)
+    args = parser.parse_args(argv)
+    arm = json.loads(args.arm.read_text())
+    started = time.time()
+    result = run(arm)
+    result.setdefault("provenance", {}).update(base_provenance())
+    result["engine_wall_s"] = time.time() - started
+    write_result(args.out, result)
+    return 0

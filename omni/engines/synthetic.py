@@ -1,0 +1,151 @@
+"""The synthetic calibration engine: a real workload whose true cost is known.
+
+It allocates and touches exactly ``mem_mb`` MiB of anonymous memory spread
+over ``procs`` processes, "prefills" and "decodes" by burning a fixed number
+of interpreter iterations per token, and can be told to crash, hang, exit
+non-zero or leave a setsid'ed daemon behind. The harness is tested against it
+exactly and in seconds; on a new host it calibrates what the harness itself
+measures (memory accounting, CPU contention, noise).
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import subprocess
+import sys
+import time
+
+from omni.engines.protocol import log, mark_phase, serve
+
+MIB = 1 << 20
+PAGE = mmap.PAGESIZE
+
+
+def touch_anonymous(mb: float) -> mmap.mmap | None:
+    """Map ``mb`` MiB of private anonymous memory and write every page.
+
+    Writing one byte per page is what makes it resident: an untouched mapping
+    costs no RssAnon at all.
+    """
+    size = int(mb * MIB)
+    if size <= 0:
+        return None
+    region = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    for offset in range(0, size, PAGE):
+        region[offset] = 1
+    return region
+
+
+def burn(iterations: int) -> int:
+    """Spend CPU in the interpreter: a fixed amount of work, never a fixed time."""
+    acc = 0
+    for i in range(iterations):
+        acc ^= i * 7
+    return acc
+
+
+def spawn_children(count: int, mb_each: float) -> list[subprocess.Popen]:
+    children = []
+    for _ in range(count):
+        children.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "omni.engines.synthetic", "--child", str(mb_each)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+            )
+        )
+    for child in children:
+        if child.stdout.readline().strip() != b"ready":
+            raise RuntimeError(f"synthetic child {child.pid} died before allocating")
+    return children
+
+
+def run_child(mb: float) -> int:
+    """A child process: hold ``mb`` MiB until the parent closes our stdin."""
+    region = touch_anonymous(mb)
+    sys.stdout.write("ready\n")
+    sys.stdout.flush()
+    sys.stdin.read()  # EOF when the parent is done (or dies)
+    del region
+    return 0
+
+
+def spawn_daemon() -> int:
+    """Leave a process behind in a session of its own, as a careless engine would.
+
+    It inherits OMNI_RUN_ID through the environment: that is how the
+    orchestrator finds it after it has escaped the process tree.
+    """
+    daemon = subprocess.Popen(
+        [sys.executable, "-c", "import time\nwhile True: time.sleep(3600)"],
+        start_new_session=True,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    log(f"left daemon pid {daemon.pid} in its own session")
+    return daemon.pid
+
+
+def generate(arm: dict, params: dict) -> dict:
+    """Prefill then decode, token by token, timing both like a real engine."""
+    batch, prompt_len, max_tokens = arm["batch_size"], arm["prompt_len"], arm["max_tokens"]
+    t0 = time.perf_counter()
+    burn(params["prefill_work_per_token"] * prompt_len * batch)
+    prefill_s = time.perf_counter() - t0
+    first_token_s = None
+    t1 = time.perf_counter()
+    for step in range(max_tokens):
+        for _ in range(batch):
+            burn(params["work_per_token"])
+        if step == 0:
+            first_token_s = time.perf_counter() - t0
+    decode_s = time.perf_counter() - t1
+    return {
+        "ttft_ms": first_token_s * 1000,
+        "prefill_tok_s": prompt_len * batch / prefill_s if prefill_s > 0 else None,
+        "decode_tok_s": max_tokens * batch / decode_s if decode_s > 0 else None,
+        "e2e_s": time.perf_counter() - t0,
+    }
+
+
+def run(arm: dict) -> dict:
+    params = arm["params"]
+    procs = params["procs"]
+    mb_each = params["mem_mb"] / procs
+    mark_phase("load")
+    t0 = time.perf_counter()
+    children = spawn_children(procs - 1, mb_each)
+    region = touch_anonymous(mb_each)
+    time.sleep(params["load_s"])
+    load_s = time.perf_counter() - t0
+    if params["exit_code"]:
+        log(f"exiting with code {params['exit_code']} as asked")
+        sys.exit(params["exit_code"])
+    daemon_pid = spawn_daemon() if params["daemonize"] else None
+    mark_phase("loaded")
+    log(f"loaded {params['mem_mb']} MiB over {procs} processes in {load_s:.3f} s")
+    if params["crash"]:
+        raise RuntimeError("synthetic engine crashed as asked (params.crash: true)")
+    while params["hang"]:
+        time.sleep(3600)
+    metrics = generate(arm, params)
+    mark_phase("steady")
+    time.sleep(params["hold_s"])
+    for child in children:
+        child.stdin.close()
+        child.wait()
+    del region
+    metrics["load_s"] = load_s
+    return {
+        "metrics": metrics,
+        "config": {"procs": procs, "mem_mb_per_proc": mb_each, "daemon_pid": daemon_pid},
+        "provenance": {"engine_version": "synthetic-1"},
+    }
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--child":
+        sys.exit(run_child(float(sys.argv[2])))
+    sys.exit(serve(run))

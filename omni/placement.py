@@ -1,0 +1,183 @@
+"""Where a run executes: the command that pins it, the check that its cores
+are free, and the proof of the binding that actually took effect."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import time
+from dataclasses import dataclass
+
+import psutil
+
+from omni.errors import OmniError
+from omni.topology import Slot, format_cpulist
+
+
+def numactl_path() -> str | None:
+    return shutil.which("numactl")
+
+
+def pin_argv(slot: Slot, argv: list[str], numactl: str | None) -> tuple[list[str], str]:
+    """Prefix ``argv`` so it runs confined to the slot; return it and the method.
+
+    numactl binds memory too (``--membind``). Without it we fall back to
+    ``sched_setaffinity`` through a tiny exec trampoline (CPUs only, memory
+    unbound): the row records which one happened.
+    """
+    if numactl:
+        return [
+            numactl,
+            f"--physcpubind={format_cpulist(slot.cpus)}",
+            f"--membind={format_cpulist(slot.mems)}",
+            "--",
+            *argv,
+        ], "numactl"
+    trampoline = [sys.executable, "-m", "omni.pin", format_cpulist(slot.cpus), "--"]
+    return [*trampoline, *argv], "sched_setaffinity"
+
+
+@dataclass(frozen=True)
+class BusyReport:
+    """Load on the slot's CPUs from processes that are not ours, in percent."""
+
+    per_cpu: dict[int, float]
+    culprits: tuple[str, ...]
+
+    @property
+    def max_pct(self) -> float:
+        return max(self.per_cpu.values(), default=0.0)
+
+    def busy_cpus(self, threshold: float) -> list[int]:
+        return [cpu for cpu, pct in self.per_cpu.items() if pct > threshold]
+
+    def describe(self, threshold: float) -> str:
+        busy = self.busy_cpus(threshold)
+        loads = ", ".join(f"cpu{c} {self.per_cpu[c]:.0f}%" for c in busy)
+        who = f" (busiest: {', '.join(self.culprits)})" if self.culprits else ""
+        return (
+            f"slot CPUs {format_cpulist(busy)} are busy: {loads}, threshold "
+            f"{threshold:g}%{who}. Wait for them to be free, pick other cores "
+            "(slots.cpus), or run anyway with --force (recorded in the row)."
+        )
+
+
+def _own_tree() -> list[psutil.Process]:
+    me = psutil.Process()
+    try:
+        return [me, *me.children(recursive=True)]
+    except psutil.Error:
+        return [me]
+
+
+def _cpu_seconds(procs: list[psutil.Process]) -> dict[int, tuple[float, int]]:
+    out = {}
+    for proc in procs:
+        try:
+            with proc.oneshot():
+                times = proc.cpu_times()
+                out[proc.pid] = (times.user + times.system, proc.cpu_num())
+        except psutil.Error:
+            continue
+    return out
+
+
+def _top_foreign(cpus: set[int], exclude: set[int], limit: int = 3) -> tuple[str, ...]:
+    """Name the processes keeping the slot busy, for the refusal message."""
+    found = []
+    for proc in psutil.process_iter(["pid", "name", "cpu_num"]):
+        if proc.pid in exclude or proc.info["cpu_num"] not in cpus:
+            continue
+        try:
+            found.append((proc.cpu_percent(interval=None), proc))
+        except psutil.Error:
+            continue
+    time.sleep(0.2)
+    loads = []
+    for _, proc in found:
+        try:
+            loads.append((proc.cpu_percent(interval=None), proc.pid, proc.info["name"]))
+        except psutil.Error:
+            continue
+    loads.sort(reverse=True)
+    return tuple(f"pid {pid} {name} {pct:.0f}%" for pct, pid, name in loads[:limit] if pct >= 5)
+
+
+def measure_busy(cpus: list[int], window_s: float = 0.5) -> BusyReport:
+    """Per-CPU load on ``cpus`` over ``window_s``, minus what our own tree used.
+
+    The orchestrator (and, in ephemeral mode, its Prefect server) share the
+    machine with the slot; their own CPU time must not make omni refuse to
+    run. System per-CPU busy time comes from ``/proc/stat`` (psutil); our own
+    processes' time is attributed to the CPU each last ran on and subtracted.
+    """
+    own = _own_tree()
+    before_own = _cpu_seconds(own)
+    psutil.cpu_percent(percpu=True)
+    t0 = time.monotonic()
+    time.sleep(window_s)
+    system = psutil.cpu_percent(percpu=True)
+    elapsed = time.monotonic() - t0
+    after_own = _cpu_seconds(own)
+    per_cpu = {}
+    for cpu in cpus:
+        if cpu >= len(system):
+            raise OmniError(f"CPU {cpu} is not present on this host (it has {len(system)})")
+        mine = sum(
+            after_own[pid][0] - before_own[pid][0]
+            for pid in after_own
+            if pid in before_own and after_own[pid][1] == cpu
+        )
+        per_cpu[cpu] = max(0.0, system[cpu] - 100.0 * mine / elapsed)
+    return BusyReport(per_cpu, ())
+
+
+def explain_busy(report: BusyReport, threshold: float) -> BusyReport:
+    """Add the names of the busiest foreign processes (costlier: scans all)."""
+    cpus = set(report.busy_cpus(threshold))
+    culprits = _top_foreign(cpus, {p.pid for p in _own_tree()})
+    return BusyReport(report.per_cpu, culprits)
+
+
+@dataclass(frozen=True)
+class BindingCheck:
+    """The binding every process of the tree actually had, against the slot."""
+
+    ok: bool
+    cpus_seen: list[int]
+    mems_seen: list[int]
+    procs_checked: int
+    violations: tuple[str, ...]
+
+
+def verify_binding(seen: dict, slot: Slot, membind_expected: bool) -> BindingCheck:
+    """Check each sampled process's ``Cpus_allowed_list``/``Mems_allowed_list``.
+
+    ``seen`` maps pid -> ProcessSeen from the sampler. Memory is only checked
+    when the method binds memory (numactl); the sched_setaffinity fallback
+    cannot.
+    """
+    cpus_seen: set[int] = set()
+    mems_seen: set[int] = set()
+    violations = []
+    for proc in seen.values():
+        cpus_seen.update(proc.cpus_allowed)
+        mems_seen.update(proc.mems_allowed)
+        stray_cpus = set(proc.cpus_allowed) - set(slot.cpus)
+        stray_mems = set(proc.mems_allowed) - set(slot.mems) if membind_expected else set()
+        if stray_cpus or stray_mems:
+            violations.append(
+                f"pid {proc.pid} ({proc.name}) allowed cpus {format_cpulist(proc.cpus_allowed)} "
+                f"mems {format_cpulist(proc.mems_allowed)}"
+            )
+    return BindingCheck(
+        ok=bool(seen) and not violations,
+        cpus_seen=sorted(cpus_seen),
+        mems_seen=sorted(mems_seen),
+        procs_checked=len(seen),
+        violations=tuple(violations),
+    )
+
+
+
+

@@ -1,0 +1,88 @@
+"""From a loaded spec to the ordered list of runs, and a preview of them.
+
+Runs are interleaved, not blocked: each pass runs every arm once, in an
+order shuffled per pass by the sweep's seed, so slow drift of the host (heat,
+a neighbour's job) spreads over all arms instead of landing on one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import secrets
+import shlex
+from datetime import datetime, timezone
+from pathlib import Path
+
+from omni.runner import PlanItem, engine_argv, engine_python, run_workdir
+from omni.spec import LoadedSpec, canonical_arm_json
+from omni.topology import Slot, allocate_slots, parse_cpulist, read_topology
+
+
+def new_sweep_id(name: str) -> str:
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return f"{name}-{stamp}-{secrets.token_hex(2)}"
+
+
+def run_id_for(sweep_id: str, arm_json: str, pass_index: int) -> str:
+    """A run's identity: a hash of the sweep, the canonical arm and the pass."""
+    digest = hashlib.sha256(f"{sweep_id}\n{arm_json}\n{pass_index}".encode()).hexdigest()
+    return digest[:16]
+
+
+def sweep_slots(loaded: LoadedSpec, sysfs_root: str | Path = "/") -> list[Slot]:
+    req = loaded.sweep.slots
+    return allocate_slots(
+        read_topology(sysfs_root),
+        cores=req.cores,
+        cpus=parse_cpulist(req.cpus) if req.cpus else None,
+        node=req.node,
+        smt=req.smt,
+    )
+
+
+def plan_sweep(loaded: LoadedSpec, sweep_id: str, slots: list[Slot], passes: int | None = None) -> list[PlanItem]:
+    """Every (arm, pass) in a seeded interleaved order, placed on a slot."""
+    sweep = loaded.sweep
+    rng = random.Random(sweep.seed)
+    items: list[PlanItem] = []
+    for pass_index in range(passes or sweep.passes):
+        arms = list(sweep.arms)
+        rng.shuffle(arms)
+        for arm in arms:
+            order = len(items)
+            items.append(
+                PlanItem(
+                    run_id=run_id_for(sweep_id, canonical_arm_json(arm), pass_index),
+                    sweep_id=sweep_id,
+                    sweep_name=sweep.name,
+                    arm=arm,
+                    pass_index=pass_index,
+                    order_index=order,
+                    slot=slots[0],  # runs are sequential; concurrent slots come later
+                )
+            )
+    return items
+
+
+def describe_plan(items: list[PlanItem], results_dir: Path, repo_root: Path) -> list[dict]:
+    """The exact command line, placement and environment of every planned run."""
+    rows = []
+    for item in items:
+        python = engine_python(item.arm, repo_root)
+        argv, method = engine_argv(item, run_workdir(results_dir, item), python)
+        rows.append(
+            {
+                "order": item.order_index,
+                "pass": item.pass_index,
+                "arm": item.arm.name,
+                "run_id": item.run_id,
+                "node": item.slot.node,
+                "cpus": list(item.slot.cpus),
+                "membind": list(item.slot.mems),
+                "method": method,
+                "env": {"OMNI_RUN_ID": item.run_id, **item.arm.env},
+                "command": shlex.join(argv),
+            }
+        )
+    return rows

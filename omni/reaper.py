@@ -1,0 +1,125 @@
+"""Kill a run's processes, all of them, even the ones that escaped the tree.
+
+Every engine process carries ``OMNI_RUN_ID`` in its environment (children
+inherit it, and a daemon that calls setsid keeps it). A run is over when no
+live process on the host carries its id.
+
+The orchestrator itself may die (SIGKILL, OOM) mid-run. For that case each
+run has a watchdog, ``python -m omni.reaper --watch RUN_ID``: a small process
+in its own session that blocks on a pipe whose only writer is the
+orchestrator. The kernel closes the pipe when the orchestrator dies however
+it dies, the watchdog reads EOF and reaps the run. We chose this over cgroup
+v2 ``cgroup.kill`` because it needs no privileges and no delegated cgroup
+(this host runs a hybrid v1 hierarchy with nothing delegated), while the
+environment tag catches the same escapees.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+RUN_ID_VAR = "OMNI_RUN_ID"
+
+
+def find_run_processes(run_id: str) -> set[int]:
+    """Live pids whose environment has ``OMNI_RUN_ID=run_id`` (zombies have none)."""
+    needle = f"{RUN_ID_VAR}={run_id}".encode()
+    me = os.getpid()
+    found = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                environ = f.read()
+        except OSError:
+            continue
+        if needle in environ.split(b"\0"):
+            found.add(int(entry))
+    return found
+
+
+def _signal_all(pids: set[int], sig: int) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    return stat[stat.rindex(b")") + 2 : stat.rindex(b")") + 3] != b"Z"
+
+
+def reap_run(run_id: str, known: set[int] = frozenset(), grace_s: float = 3.0, limit_s: float = 10.0) -> set[int]:
+    """SIGTERM the run's processes, wait ``grace_s``, SIGKILL survivors.
+
+    Repeats the environment scan until none is left (a dying parent may
+    fork one last time) or ``limit_s`` passes; returns the pids it signalled.
+    """
+    targets = {p for p in known if _alive(p)} | find_run_processes(run_id)
+    signalled = set(targets)
+    _signal_all(targets, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and any(_alive(p) for p in targets):
+        time.sleep(0.05)
+    stop = time.monotonic() + limit_s
+    while time.monotonic() < stop:
+        targets = {p for p in targets if _alive(p)} | find_run_processes(run_id)
+        if not targets:
+            break
+        signalled |= targets
+        _signal_all(targets, signal.SIGKILL)
+        time.sleep(0.05)
+    return signalled
+
+
+class Watchdog:
+    """Context manager: a watchdog process that reaps ``run_id`` if we die."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        self.proc: subprocess.Popen | None = None
+
+    def __enter__(self) -> "Watchdog":
+        env = {k: v for k, v in os.environ.items() if k != RUN_ID_VAR}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "omni.reaper", "--watch", self.run_id],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            start_new_session=True,  # a Ctrl-C to our group must not kill it
+            env=env,
+        )
+        return self
+
+    def __exit__(self, *exc) -> None:
+        # We reaped the run ourselves; closing the pipe lets it check once more and go.
+        self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def watch(run_id: str) -> int:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    sys.stdin.buffer.read()  # returns at EOF: orchestrator done or dead
+    reap_run(run_id)
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--watch":
+        sys.exit(watch(sys.argv[2]))
+    sys.stderr.write("usage: python -m omni.reaper --watch RUN_ID\n")
+    sys.exit(2)

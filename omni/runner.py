@@ -1,0 +1,304 @@
+"""One run: pin, spawn, watch, measure, reap, and turn it all into a row.
+
+The engine runs in a fresh subprocess in its own session, under numactl,
+with ``OMNI_RUN_ID`` in its environment. While it runs, a sampler thread
+reads the memory and binding of its whole tree and a reader thread keeps its
+log (and the phase marks that split memory into after-load and steady). When
+it ends, however it ends, every process carrying its run id is killed.
+Whatever happened becomes one row: a failed run is a row too.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from omni.engines.protocol import PHASE_PREFIX
+from omni.errors import OmniError
+from omni.placement import measure_busy, explain_busy, numactl_path, pin_argv, verify_binding
+from omni.provenance import merge_engine_provenance
+from omni.reaper import RUN_ID_VAR, Watchdog, reap_run
+from omni.sampler import TreeSampler, summarize
+from omni.spec import Arm, arm_hash, canonical_arm_json
+from omni.topology import Slot
+
+STDERR_TAIL_LINES = 40
+ENGINE_METRICS = ("load_s", "ttft_ms", "prefill_tok_s", "decode_tok_s", "e2e_s", "kv_cache_bytes_effective")
+
+
+@dataclass(frozen=True)
+class PlanItem:
+    """One (arm, pass) placed on a slot, with its identity."""
+
+    run_id: str
+    sweep_id: str
+    sweep_name: str
+    arm: Arm
+    pass_index: int
+    order_index: int
+    slot: Slot
+    attempt: int = 1
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What every run of a sweep shares."""
+
+    results_dir: Path
+    timeout_s: float
+    busy_threshold_pct: float
+    force: bool = False
+    provenance: dict = field(default_factory=dict)
+    repo_root: Path = Path(".")
+
+
+def engine_python(arm: Arm, repo_root: Path) -> str:
+    """The interpreter of the arm's engine env (the orchestrator's own when unset)."""
+    if arm.engine_env is None:
+        return sys.executable
+    python = repo_root / ".venvs" / arm.engine_env / "bin" / "python"
+    if not python.exists():
+        raise OmniError(
+            f"arm {arm.name!r}: engine env {arm.engine_env!r} not found at {python.parent.parent}; "
+            f"build it first (omni env build {arm.engine_env})"
+        )
+    return str(python)
+
+
+def engine_arm_payload(item: PlanItem) -> dict:
+    """The arm as the engine reads it: canonical fields plus where it runs."""
+    payload = json.loads(canonical_arm_json(item.arm))
+    payload["run_id"] = item.run_id
+    payload["slot"] = {"cpus": list(item.slot.cpus), "node": item.slot.node}
+    payload["threads_effective"] = item.arm.threads or len(item.slot.cpus)
+    return payload
+
+
+def engine_argv(item: PlanItem, workdir: Path, python: str) -> tuple[list[str], str]:
+    argv = [
+        python, "-m", f"omni.engines.{item.arm.engine}",
+        "--arm", str(workdir / "arm.json"), "--out", str(workdir / "result.json"),
+    ]  # fmt: skip
+    return pin_argv(item.slot, argv, numactl_path())
+
+
+def engine_env(item: PlanItem) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(item.arm.env)
+    env[RUN_ID_VAR] = item.run_id
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+class LogReader(threading.Thread):
+    """Copies the engine's output to its log file, keeps the tail, relays phases."""
+
+    def __init__(self, stream, log_path: Path, sampler: TreeSampler) -> None:
+        super().__init__(name="engine-log", daemon=True)
+        self.stream, self.log_path, self.sampler = stream, log_path, sampler
+        self.tail: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
+
+    def run(self) -> None:
+        with open(self.log_path, "w", encoding="utf-8", errors="replace") as log:
+            for raw in self.stream:
+                line = raw.decode("utf-8", errors="replace").rstrip("\n")
+                if line.startswith(PHASE_PREFIX):
+                    self.sampler.mark(line[len(PHASE_PREFIX) :].strip())
+                log.write(line + "\n")
+                log.flush()
+                self.tail.append(line)
+
+
+@dataclass
+class Outcome:
+    exit_code: int | None
+    timed_out: bool
+    wall_s: float
+    leftovers: set[int]
+    tail: list[str]
+
+
+class EngineProcess:
+    """Context manager around one engine subprocess tree.
+
+    On exit from the block, however it is left (normal end, timeout,
+    exception, Ctrl-C), the run's processes are reaped: SIGTERM, grace,
+    SIGKILL, then anything still carrying the run id.
+    """
+
+    def __init__(self, argv: list[str], env: dict, run_id: str, log_path: Path) -> None:
+        self.argv, self.env, self.run_id, self.log_path = argv, env, run_id, log_path
+        self.leftovers: set[int] = set()
+
+    def __enter__(self) -> "EngineProcess":
+        self.watchdog = Watchdog(self.run_id).__enter__()
+        self.started = time.monotonic()
+        self.proc = subprocess.Popen(
+            self.argv, env=self.env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+        self.sampler = TreeSampler(self.proc.pid).start()
+        self.reader = LogReader(self.proc.stdout, self.log_path, self.sampler)
+        self.reader.start()
+        return self
+
+    def wait(self, timeout_s: float) -> bool:
+        """Wait for the engine to exit; ``False`` if the deadline came first."""
+        try:
+            self.proc.wait(timeout=timeout_s)
+            return True
+        except subprocess.TimeoutExpired:
+            return False
+
+    def __exit__(self, *exc) -> None:
+        try:
+            self.sampler.stop()
+            pids = self.sampler.tree_pids() - {self.proc.pid}
+            self.leftovers = {p for p in reap_run(self.run_id, pids | {self.proc.pid})}
+            self.proc.wait()
+            self.leftovers.discard(self.proc.pid)
+            self.reader.join(timeout=5)
+        finally:
+            self.watchdog.__exit__(*exc)
+            self.wall_s = time.monotonic() - self.started
+
+
+def describe_exit(code: int) -> str:
+    if code < 0:
+        return f"engine killed by {signal.Signals(-code).name}"
+    return f"engine exited with code {code}"
+
+
+def read_result(path: Path) -> dict | None:
+    try:
+        result = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return result if isinstance(result, dict) else None
+
+
+def run_workdir(results_dir: Path, item: PlanItem) -> Path:
+    """Where a run's arm.json, result.json and engine.log are kept, for good."""
+    return results_dir / "logs" / f"sweep={item.sweep_id}" / item.run_id
+
+
+def now_utc() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def patches_list(arm: Arm) -> list[str]:
+    if arm.patches == "none":
+        return []
+    if arm.patches == "all":
+        return ["all"]
+    return list(arm.patches)
+
+
+def base_row(ctx: RunContext, item: PlanItem) -> dict:
+    """Identity, arm parameters, placement request and host provenance."""
+    arm = item.arm
+    params = arm.engine_params()
+    return {
+        **ctx.provenance,
+        "run_id": item.run_id, "sweep_id": item.sweep_id, "sweep_name": item.sweep_name,
+        "arm": arm.name, "pass_index": item.pass_index, "order_index": item.order_index,
+        "attempt": item.attempt, "forced": False,
+        "engine": arm.engine, "engine_env": arm.engine_env, "model": arm.model,
+        "dtype": arm.dtype, "quantization": arm.quantization, "kv_cache_bytes": arm.kv_cache_bytes,
+        "context_len": arm.context_len, "prompt_len": arm.prompt_len, "max_tokens": arm.max_tokens,
+        "batch_size": arm.batch_size, "threads": arm.threads or len(item.slot.cpus),
+        "compile_mode": arm.compile_mode, "patches": patches_list(arm),
+        "env_overrides": dict(arm.env), "engine_params": params.model_dump(mode="json"),
+        "arm_json": canonical_arm_json(arm), "arm_hash": arm_hash(arm),
+        "slot_index": item.slot.index, "numa_node": item.slot.node,
+        "cpus": list(item.slot.cpus), "membind": list(item.slot.mems),
+        "warnings": [], "warning_rules": [],
+    }  # fmt: skip
+
+
+def warn(row: dict, rule: str, message: str) -> None:
+    row["warnings"].append(message)
+    row["warning_rules"].append(rule)
+
+
+def check_busy(ctx: RunContext, item: PlanItem, row: dict) -> bool:
+    """Measure the slot's load; ``False`` (and a refused row) when too busy."""
+    report = measure_busy(list(item.slot.cpus))
+    row["busy_max_pct"] = report.max_pct
+    if report.max_pct <= ctx.busy_threshold_pct:
+        return True
+    report = explain_busy(report, ctx.busy_threshold_pct)
+    message = report.describe(ctx.busy_threshold_pct)
+    if ctx.force:
+        row["forced"] = True
+        warn(row, "forced_busy", f"ran with --force although {message.split('. ')[0]}")
+        return True
+    row.update(status="refused", error=message)
+    return False
+
+
+def fill_outcome(row: dict, proc: EngineProcess, finished_in_time: bool, timeout_s: float, workdir: Path) -> None:
+    """Status, error and metrics from how the engine ended and what it wrote."""
+    row["exit_code"] = proc.proc.returncode
+    row["stderr_tail"] = "\n".join(proc.reader.tail)
+    row["wall_s"] = proc.wall_s
+    if proc.leftovers:
+        pids = ", ".join(map(str, sorted(proc.leftovers)))
+        warn(row, "leftover_processes", f"engine left process(es) {pids} behind; killed them")
+    result = read_result(workdir / "result.json")
+    if not finished_in_time:
+        row.update(status="timeout", error=f"no result within timeout_s={timeout_s:g}; killed the run's processes")
+    elif proc.proc.returncode != 0:
+        last = proc.reader.tail[-1] if proc.reader.tail else ""
+        row.update(status="failed", error=f"{describe_exit(proc.proc.returncode)}: {last}".rstrip(": "))
+    elif result is None:
+        row.update(status="failed", error=f"engine exited 0 but wrote no valid JSON to {workdir / 'result.json'}")
+    else:
+        row["status"] = "ok"
+        row.update({k: v for k, v in result.get("metrics", {}).items() if k in ENGINE_METRICS})
+        row.update(summarize(proc.sampler))
+        merge_engine_provenance(row, result.get("provenance", {}))
+
+
+def fill_binding(row: dict, proc: EngineProcess, item: PlanItem, method: str) -> None:
+    check = verify_binding(proc.sampler.seen, item.slot, membind_expected=method == "numactl")
+    row.update(
+        binding_method=method, binding_ok=check.ok, binding_procs_checked=check.procs_checked,
+        cpus_allowed_seen=check.cpus_seen, mems_allowed_seen=check.mems_seen,
+    )  # fmt: skip
+    if check.violations and row["status"] == "ok":
+        row.update(status="invalid", error="process ran outside its slot: " + "; ".join(check.violations))
+
+
+def run_arm(ctx: RunContext, item: PlanItem) -> dict:
+    """Run one planned item and return its row (never raises for a bad run)."""
+    row = base_row(ctx, item)
+    row["started_at"] = now_utc()
+    try:
+        python = engine_python(item.arm, ctx.repo_root)
+    except OmniError as err:
+        row.update(status="invalid", error=str(err), finished_at=now_utc())
+        return row
+    if not check_busy(ctx, item, row):
+        row["finished_at"] = now_utc()
+        return row
+    workdir = run_workdir(ctx.results_dir, item)
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / "arm.json").write_text(json.dumps(engine_arm_payload(item), sort_keys=True))
+    argv, method = engine_argv(item, workdir, python)
+    row["command"] = json.dumps(argv)
+    with EngineProcess(argv, engine_env(item), item.run_id, workdir / "engine.log") as proc:
+        finished = proc.wait(ctx.timeout_s)
+    fill_outcome(row, proc, finished, ctx.timeout_s, workdir)
+    fill_binding(row, proc, item, method)
+    row["finished_at"] = now_utc()
+    return row

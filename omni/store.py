@@ -1,0 +1,528 @@
+"""The results dataset: one Parquet file per run, one column registry.
+
+Layout: ``results/runs/sweep=<sweep_id>/<run_id>.parquet``. Each file holds a
+single row with the full schema, so ``pandas.read_parquet("results/runs")``
+works on the directory as it stands (the hive directory adds a ``sweep``
+column, which no registry column is named). Files are written once, atomically,
+the moment a run ends and never rewritten; old files stay readable through
+:func:`upgrade_table`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import math
+import numbers
+import os
+import re
+import secrets
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Literal, NoReturn
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from omni.errors import OmniError
+
+SCHEMA_VERSION = 1
+
+STATUSES = ("ok", "failed", "timeout", "refused", "invalid")
+BINDING_METHODS = ("numactl", "sched_setaffinity", "none")
+
+# Columns that make a row addressable: without them it cannot be filed.
+REQUIRED = ("run_id", "sweep_id", "status")
+
+
+@dataclass(frozen=True)
+class Column:
+    """One Parquet column, declared once.
+
+    ``better`` says which direction is an improvement for a metric, so
+    statistics never hard-code it. ``choices`` restricts a string column to a
+    closed set. ``is_json`` marks a string column that holds JSON: dicts and
+    lists given for it are dumped with sorted keys.
+    """
+
+    name: str
+    type: pa.DataType
+    unit: str | None
+    meaning: str
+    group: str
+    better: Literal["higher", "lower"] | None = None
+    choices: tuple[str, ...] | None = None
+    is_json: bool = False
+
+
+_STR = pa.string()
+_I16 = pa.int16()
+_I32 = pa.int32()
+_I64 = pa.int64()
+_F64 = pa.float64()
+_BOOL = pa.bool_()
+_STRS = pa.list_(pa.string())
+_INTS = pa.list_(pa.int32())
+_TIME = pa.timestamp("us", tz="UTC")
+
+
+def _group(group: str, *specs: tuple) -> tuple[Column, ...]:
+    # spec: (name, type, unit, meaning[, dict of further Column fields])
+    columns = []
+    for spec in specs:
+        extras = spec[4] if len(spec) > 4 else {}
+        columns.append(Column(spec[0], spec[1], spec[2], spec[3], group, **extras))
+    return tuple(columns)
+
+
+_LOWER = {"better": "lower"}
+_HIGHER = {"better": "higher"}
+_JSON = {"is_json": True}
+
+COLUMNS: tuple[Column, ...] = (
+    *_group(
+        "identity",
+        ("schema_version", _I16, None, "version of this registry the row was written with"),
+        ("run_id", _STR, None, "unique id of the run: hash of canonical arm, pass and attempt"),
+        ("sweep_id", _STR, None, "unique id of the sweep the run belongs to"),
+        ("sweep_name", _STR, None, "human name of the sweep, from the spec"),
+        ("arm", _STR, None, "name of the arm (configuration) this run executed"),
+        ("pass_index", _I32, None, "which pass over all arms, from 0"),
+        ("order_index", _I32, None, "position of the run in the sweep's interleaved schedule"),
+        ("attempt", _I32, None, "attempt number for this arm and pass, from 0"),
+        ("status", _STR, None, "outcome of the run", {"choices": STATUSES}),
+        ("error", _STR, None, "why the run did not succeed, for people"),
+        ("exit_code", _I32, None, "exit status of the engine process; negative = killed by signal"),
+        ("stderr_tail", _STR, None, "last lines of the engine's stderr"),
+        ("forced", _BOOL, None, "run despite a refusal (e.g. busy cores), by request"),
+    ),
+    *_group(
+        "arm",
+        ("engine", _STR, None, "engine kind: vllm, llamacpp, synthetic"),
+        ("engine_env", _STR, None, "name of the engine environment (.venvs/<name>)"),
+        ("model", _STR, None, "model path or name as given in the arm"),
+        ("model_digest", _STR, None, "content digest of the model files"),
+        ("dtype", _STR, None, "compute dtype of the model weights/activations"),
+        ("quantization", _STR, None, "quantization method, None when unquantized"),
+        ("kv_cache_bytes", _I64, "B", "KV cache budget requested by the arm"),
+        ("context_len", _I32, "tok", "maximum context length requested"),
+        ("prompt_len", _I32, "tok", "prompt length per sequence"),
+        ("max_tokens", _I32, "tok", "tokens generated per sequence"),
+        ("batch_size", _I32, "seq", "sequences per batch"),
+        ("threads", _I32, None, "compute threads requested"),
+        ("compile_mode", _STR, None, "graph compilation mode (eager, compiled, cached...)"),
+        ("patches", _STRS, None, "omni runtime patches enabled for this arm"),
+        ("env_overrides", _STR, None, "environment variables set by the arm, JSON object", _JSON),
+        ("engine_params", _STR, None, "engine-specific parameters, JSON object", _JSON),
+        ("arm_json", _STR, None, "canonical JSON of the whole arm", _JSON),
+        ("arm_hash", _STR, None, "hash of arm_json: same hash, same configuration"),
+    ),
+    *_group(
+        "placement",
+        ("slot_index", _I32, None, "NUMA slot the run was placed in"),
+        ("numa_node", _I32, None, "NUMA node of the slot"),
+        ("cpus", _INTS, None, "CPUs the run was bound to"),
+        ("membind", _INTS, None, "NUMA nodes memory was bound to"),
+        ("binding_method", _STR, None, "how the binding was applied", {"choices": BINDING_METHODS}),
+        ("cpus_allowed_seen", _INTS, None, "Cpus_allowed_list seen, union over the process tree"),
+        ("mems_allowed_seen", _INTS, None, "Mems_allowed_list seen, union over the process tree"),
+        ("binding_ok", _BOOL, None, "the binding seen matched the binding asked for"),
+        ("binding_procs_checked", _I32, None, "processes whose binding was checked"),
+        ("busy_max_pct", _F64, "%", "busiest slot CPU's load just before the run"),
+        ("command", _STR, None, "engine command line, JSON argv list", _JSON),
+    ),
+    *_group(
+        "metrics",
+        ("load_s", _F64, "s", "engine start to model ready (includes compile)", _LOWER),
+        ("ttft_ms", _F64, "ms", "time to first token", _LOWER),
+        ("prefill_tok_s", _F64, "tok/s", "prompt tokens processed per second", _HIGHER),
+        ("decode_tok_s", _F64, "tok/s", "tokens generated per second", _HIGHER),
+        ("e2e_s", _F64, "s", "end-to-end generation time, engine-measured", _LOWER),
+        ("wall_s", _F64, "s", "wall time of the whole run, orchestrator-measured", _LOWER),
+        ("rss_anon_tree_mb", _F64, "MiB", "peak RssAnon summed over the process tree", _LOWER),
+        ("rss_anon_after_load_mb", _F64, "MiB", "tree RssAnon when the model is loaded", _LOWER),
+        ("rss_anon_steady_mb", _F64, "MiB", "tree RssAnon during steady generation", _LOWER),
+        ("pss_anon_tree_mb", _F64, "MiB", "peak anonymous Pss summed over the tree", _LOWER),
+        ("pss_anon_after_load_mb", _F64, "MiB", "tree anonymous Pss when loaded", _LOWER),
+        ("pss_anon_steady_mb", _F64, "MiB", "tree anonymous Pss during generation", _LOWER),
+        ("rss_samples", _I32, None, "RssAnon samples taken"),
+        ("rss_interval_ms", _F64, "ms", "interval between RssAnon samples"),
+        ("pss_samples", _I32, None, "Pss samples taken"),
+        ("pss_interval_ms", _F64, "ms", "interval between Pss samples"),
+        ("kv_cache_bytes_effective", _I64, "B", "KV cache the engine actually allocated"),
+        ("n_procs", _I32, None, "most processes seen at once in the engine's tree"),
+    ),
+    *_group(
+        "provenance",
+        ("harness_version", _STR, None, "omni version"),
+        ("harness_git_sha", _STR, None, "git commit of the omni checkout"),
+        ("harness_git_dirty", _BOOL, None, "the omni checkout had uncommitted changes"),
+        ("engine_version", _STR, None, "engine package version, engine-reported"),
+        ("engine_commit", _STR, None, "engine source commit, engine-reported"),
+        ("torch_version", _STR, None, "torch version in the engine env"),
+        ("python_version", _STR, None, "Python of the orchestrator"),
+        ("engine_python_version", _STR, None, "Python of the engine env"),
+        ("host", _STR, None, "host name"),
+        ("kernel", _STR, None, "kernel release"),
+        ("cpu_model", _STR, None, "CPU model name from /proc/cpuinfo"),
+        ("cpu_flags", _STRS, None, "inference-relevant ISA flags present on the CPU"),
+        ("isa_avx512_bf16", _BOOL, None, "CPU has AVX512-BF16"),
+        ("isa_amx_bf16", _BOOL, None, "CPU has AMX-BF16"),
+        ("isa_amx_int8", _BOOL, None, "CPU has AMX-INT8"),
+        ("numa_nodes", _I32, None, "NUMA nodes on the host"),
+        ("numa_topology", _STR, None, 'node -> CPUs, JSON object {"0": [0, 1]}', _JSON),
+        ("spec_path", _STR, None, "path of the sweep spec file"),
+        ("spec_sha256", _STR, None, "sha256 of the sweep spec file's bytes"),
+        ("env_vars", _STR, None, "behaviour-changing environment variables, JSON", _JSON),
+        ("started_at", _TIME, None, "when the run started"),
+        ("finished_at", _TIME, None, "when the run finished"),
+        ("prefect_flow_run_id", _STR, None, "Prefect flow run, None outside Prefect"),
+        ("engine_provenance", _STR, None, "other engine-reported facts, JSON object", _JSON),
+    ),
+    *_group(
+        "validity",
+        ("warnings", _STRS, None, "reasons to doubt this row's numbers"),
+        ("warning_rules", _STRS, None, "the rule that raised each warning, same order"),
+    ),
+)
+
+COLUMNS_BY_NAME: dict[str, Column] = {c.name: c for c in COLUMNS}
+
+
+def schema() -> pa.Schema:
+    """The current Arrow schema; unit, meaning and group ride in field metadata."""
+    fields = []
+    for col in COLUMNS:
+        meta = {"meaning": col.meaning, "group": col.group}
+        meta.update({k: v for k, v in (("unit", col.unit), ("better", col.better)) if v})
+        fields.append(pa.field(col.name, col.type, metadata=meta))
+    return pa.schema(fields, metadata={"omni.schema_version": str(SCHEMA_VERSION)})
+
+
+# ----------------------------------------------------------------- validation
+
+
+def validate_row(row: Mapping[str, Any]) -> dict[str, Any]:
+    """Check a run row against the registry; return it complete and coerced.
+
+    Unknown keys are rejected with the nearest known name; missing columns
+    become None; ``schema_version`` is set. ``NaN``, ``pd.NA`` and ``NaT``
+    count as missing, so a row read back with :func:`load_runs` validates.
+    """
+    for key in row:
+        if key not in COLUMNS_BY_NAME:
+            raise OmniError(f"unknown result column {key!r}{_suggest(key)}")
+    clean = {col.name: _coerce(col, row.get(col.name)) for col in COLUMNS}
+    clean["schema_version"] = SCHEMA_VERSION
+    for name in REQUIRED:
+        if clean[name] is None:
+            raise OmniError(f"result row has no {name!r}: every run row needs {', '.join(REQUIRED)}")
+    return clean
+
+
+def _suggest(key: str) -> str:
+    close = difflib.get_close_matches(key, COLUMNS_BY_NAME, n=1)
+    if close:
+        return f"; did you mean {close[0]!r}?"
+    return "; the known columns are listed in omni.store.COLUMNS"
+
+
+def _is_missing(value: Any) -> bool:
+    if value is None or value is pd.NA or value is pd.NaT:
+        return True
+    return isinstance(value, (float, np.floating)) and math.isnan(value)
+
+
+def _coerce(col: Column, value: Any) -> Any:
+    if _is_missing(value):
+        return None
+    kind = col.type
+    if pa.types.is_string(kind):
+        value = _to_json(col, value) if col.is_json else _to_str(col, value)
+        if col.choices and value not in col.choices:
+            _reject(col, value, f"one of {', '.join(col.choices)}")
+        return value
+    if pa.types.is_list(kind):
+        return _to_list(col, value)
+    if pa.types.is_timestamp(kind):
+        return _to_time(col, value)
+    return _to_scalar(col, kind, value)
+
+
+def _to_scalar(col: Column, kind: pa.DataType, value: Any) -> Any:
+    if pa.types.is_boolean(kind):
+        if isinstance(value, (bool, np.bool_)):
+            return bool(value)
+        _reject(col, value, "a bool")
+    is_bool = isinstance(value, (bool, np.bool_))
+    if pa.types.is_integer(kind):
+        if isinstance(value, numbers.Integral) and not is_bool:
+            return _in_range(col, kind, int(value))
+        _reject(col, value, f"an integer ({kind})")
+    if isinstance(value, numbers.Real) and not is_bool and math.isfinite(value):
+        return float(value)
+    _reject(col, value, "a finite number (use None for a missing value)")
+
+
+def _in_range(col: Column, kind: pa.DataType, value: int) -> int:
+    limit = 2 ** (kind.bit_width - 1)
+    if not -limit <= value < limit:
+        _reject(col, value, f"an integer that fits {kind}")
+    return value
+
+
+def _to_str(col: Column, value: Any) -> str:
+    if not isinstance(value, str):
+        _reject(col, value, "a string")
+    return value
+
+
+def _to_json(col: Column, value: Any) -> str:
+    if isinstance(value, str):
+        try:
+            json.loads(value)
+        except ValueError:
+            _reject(col, value, "a JSON string (or a dict/list to be dumped)")
+        return value
+    try:
+        return json.dumps(value, sort_keys=True)
+    except (TypeError, ValueError):
+        _reject(col, value, "JSON-serialisable (dict, list, str, numbers)")
+
+
+def _to_list(col: Column, value: Any) -> list:
+    if not isinstance(value, (list, tuple, set, frozenset, range, np.ndarray)):
+        _reject(col, value, f"a list ({col.type})")
+    # Sets carry no order; sort them so equal sets store equal lists.
+    items = sorted(value) if isinstance(value, (set, frozenset)) else list(value)
+    item_type = col.type.value_type
+    if pa.types.is_string(item_type):
+        if not all(isinstance(item, str) for item in items):
+            _reject(col, value, "a list of strings")
+        return items
+    if not all(isinstance(i, numbers.Integral) and not isinstance(i, (bool, np.bool_)) for i in items):
+        _reject(col, value, "a list of integers")
+    return [_in_range(col, item_type, int(item)) for item in items]
+
+
+def _to_time(col: Column, value: Any) -> datetime:
+    if not isinstance(value, datetime):
+        _reject(col, value, "a datetime")
+    if value.tzinfo is None or value.utcoffset() is None:
+        _reject(col, value, "a timezone-aware datetime (e.g. datetime.now(timezone.utc))")
+    return value.astimezone(timezone.utc)
+
+
+def _reject(col: Column, value: Any, expected: str) -> NoReturn:
+    shown = repr(value)
+    if len(shown) > 80:
+        shown = shown[:77] + "..."
+    raise OmniError(
+        f"result column {col.name!r}: {shown} ({type(value).__name__}) is not {expected}"
+    )
+
+
+# ----------------------------------------------------------------------- files
+
+# Ids become path components and hive partition values: keep them plain, and
+# never starting with "." or "_", which dataset discovery treats as hidden.
+_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+def run_path(results_dir: Path, sweep_id: str, run_id: str) -> Path:
+    """Where the run's file lives: ``results_dir/runs/sweep=<id>/<run_id>.parquet``."""
+    for what, value in (("sweep_id", sweep_id), ("run_id", run_id)):
+        if not isinstance(value, str) or not _ID.match(value):
+            raise OmniError(
+                f"{what} {value!r} cannot name a results file: use letters, digits, "
+                "'.', '_' and '-', starting with a letter or digit"
+            )
+    return _sweep_dir(results_dir, sweep_id) / f"{run_id}.parquet"
+
+
+def _sweep_dir(results_dir: Path, sweep_id: str) -> Path:
+    return Path(results_dir) / "runs" / f"sweep={sweep_id}"
+
+
+def write_run(results_dir: Path, row: Mapping[str, Any]) -> Path:
+    """Validate ``row`` and write it as its run's file, atomically, once.
+
+    The bytes go to a hidden temp file in the same directory, are fsynced, and
+    are then hard-linked to the final name: unlike a rename, a link fails
+    when the name exists, so a concurrent writer can never replace a stored
+    run. A crash leaves at most a hidden temp file, which readers ignore.
+    """
+    clean = validate_row(row)
+    final = run_path(results_dir, clean["sweep_id"], clean["run_id"])
+    if final.exists():
+        raise _already_stored(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    table = pa.Table.from_pylist([clean], schema=schema())
+    temp = final.with_name(f".{final.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    try:
+        with open(temp, "xb") as sink:
+            pq.write_table(table, sink)
+            sink.flush()
+            os.fsync(sink.fileno())
+        os.link(temp, final)
+    except FileExistsError:
+        raise _already_stored(final) from None
+    finally:
+        temp.unlink(missing_ok=True)
+    # The new name lives in the partition directory's entries; the partition
+    # directory itself (when just made) in runs/. Sync both so they survive.
+    _fsync_dir(final.parent)
+    _fsync_dir(final.parent.parent)
+    return final
+
+
+def _already_stored(path: Path) -> OmniError:
+    return OmniError(
+        f"run file {path} already exists: results are never rewritten; "
+        "retract the run and record a new attempt instead"
+    )
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _run_files(results_dir: Path) -> list[Path]:
+    runs = Path(results_dir) / "runs"
+    files = runs.glob("sweep=*/*.parquet")
+    return sorted(p for p in files if not p.name.startswith((".", "_")))
+
+
+def stored_run_ids(results_dir: Path, sweep_id: str) -> set[str]:
+    """Run ids already stored for a sweep, from file names alone (for resume)."""
+    sweep_dir = _sweep_dir(results_dir, sweep_id)
+    return {
+        p.stem for p in sweep_dir.glob("*.parquet") if not p.name.startswith((".", "_"))
+    }
+
+
+def list_temp_files(results_dir: Path) -> list[Path]:
+    """Hidden files left in run partitions, e.g. by a writer that crashed."""
+    runs = Path(results_dir) / "runs"
+    return sorted(p for p in runs.glob("sweep=*/.*") if p.is_file())
+
+
+# --------------------------------------------------------------------- reading
+
+# Upgrades keyed by the version they upgrade from: UPGRADES[1] takes a
+# version-1 table to version 2. Version 1 is the first schema: none yet.
+UPGRADES: dict[int, Callable[[pa.Table], pa.Table]] = {}
+
+
+def upgrade_table(table: pa.Table) -> pa.Table:
+    """Bring a table written with any earlier schema_version to the current one.
+
+    Applies each upgrade in turn, then conforms the table to :func:`schema`:
+    columns it lacks are added as nulls, narrower types are cast. A column the
+    registry does not know is an error, not silently dropped.
+    """
+    version = _version_of(table)
+    if version > SCHEMA_VERSION:
+        raise OmniError(
+            f"results written with schema_version {version}, newer than this omni "
+            f"({SCHEMA_VERSION}): upgrade omni to read them"
+        )
+    for step in range(version, SCHEMA_VERSION):
+        table = UPGRADES[step](table)
+    return _conform(table)
+
+
+def _version_of(table: pa.Table) -> int:
+    if "schema_version" not in table.column_names:
+        return 1  # the oldest schema there is
+    versions = {v for v in table.column("schema_version").to_pylist() if v is not None}
+    if len(versions) > 1:
+        raise OmniError(f"table mixes schema versions {sorted(versions)}: upgrade per file")
+    return versions.pop() if versions else 1
+
+
+def _conform(table: pa.Table) -> pa.Table:
+    unknown = [name for name in table.column_names if name not in COLUMNS_BY_NAME]
+    if unknown:
+        raise OmniError(
+            f"columns {unknown} are not in schema version {SCHEMA_VERSION}: "
+            "an upgrade function must map them"
+        )
+    rows = table.num_rows
+    arrays = []
+    for col in COLUMNS:
+        if col.name == "schema_version":
+            arrays.append(pa.array([SCHEMA_VERSION] * rows, col.type))
+        elif col.name in table.column_names:
+            arrays.append(_cast(table.column(col.name), col))
+        else:
+            arrays.append(pa.nulls(rows, col.type))
+    arrays = [a if isinstance(a, pa.ChunkedArray) else pa.chunked_array([a]) for a in arrays]
+    return pa.Table.from_arrays(arrays, schema=schema())
+
+
+def _cast(values: pa.ChunkedArray, col: Column) -> pa.ChunkedArray:
+    try:
+        return values.cast(col.type)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as err:
+        raise OmniError(f"column {col.name!r}: cannot read {values.type} as {col.type}: {err}")
+
+
+# Nullable pandas dtypes, so an int column with a null stays an int column.
+_PANDAS_TYPES = {
+    pa.int16(): pd.Int16Dtype(),
+    pa.int32(): pd.Int32Dtype(),
+    pa.int64(): pd.Int64Dtype(),
+    pa.bool_(): pd.BooleanDtype(),
+}
+
+
+def load_runs(results_dir: Path) -> pd.DataFrame:
+    """Every stored run as one DataFrame with the registry's columns.
+
+    Each file is read on its own and upgraded, so files of different schema
+    versions load together. Ints and bools use pandas' nullable dtypes,
+    timestamps are UTC-aware, list columns hold arrays.
+    """
+    tables = [_read_run_file(path) for path in _run_files(results_dir)]
+    table = pa.concat_tables(tables) if tables else schema().empty_table()
+    return table.to_pandas(types_mapper=_PANDAS_TYPES.get)
+
+
+def _read_run_file(path: Path) -> pa.Table:
+    try:
+        table = pq.ParquetFile(path).read()
+    except (OSError, pa.ArrowException) as err:
+        raise OmniError(f"cannot read run file {path}: {err}; move it aside to go on")
+    try:
+        return upgrade_table(table)
+    except OmniError as err:
+        raise OmniError(f"{path}: {err}") from None
+
+
+__all__ = [
+    "BINDING_METHODS",
+    "COLUMNS",
+    "COLUMNS_BY_NAME",
+    "Column",
+    "REQUIRED",
+    "SCHEMA_VERSION",
+    "STATUSES",
+    "UPGRADES",
+    "list_temp_files",
+    "load_runs",
+    "run_path",
+    "schema",
+    "stored_run_ids",
+    "upgrade_table",
+    "validate_row",
+    "write_run",
+]

