@@ -54,6 +54,22 @@ def print_plan(prepared, results: Path) -> None:
         out.print(f"    {env} {p['command']}", highlight=False, markup=False, soft_wrap=True)
 
 
+def print_arm_table(sweep_id: str, results: Path) -> None:
+    """Per arm and metric: n (of all runs), median, min, max over ok runs."""
+    from omni.sweep import sweep_table
+
+    arm_table = sweep_table(results, sweep_id)
+    table = Table(title=f"sweep {sweep_id}")
+    for name in ("arm", "metric", "n/runs", "median", "min", "max"):
+        table.add_column(name, justify="left" if name in ("arm", "metric") else "right")
+    for arm in arm_table.arms:
+        for metric in arm_table.metrics:
+            cell = arm_table.cells[(arm, metric)]
+            nums = ["-" if v is None else f"{v:.4g}" for v in (cell.median, cell.min, cell.max)]
+            table.add_row(arm, metric, f"{cell.n}/{arm_table.runs[arm]}", *nums)
+    out.print(table)
+
+
 def watch_progress(results: Path, sweep_id: str, total: int, done: threading.Event) -> None:
     """Progress from the rows on disk: each row lands the moment its run ends."""
     from omni.store import stored_run_ids
@@ -94,7 +110,7 @@ def sweep(
     finally:
         done.set()
         watcher.join()
-    out.print(summary["table"], highlight=False, markup=False)
+    print_arm_table(summary["sweep_id"], results)
     out.print(f"rows in {Path(results) / 'runs' / ('sweep=' + summary['sweep_id'])}")
     for failed in summary["failed"]:
         err.print(f"run {failed['run_id']} ({failed['arm']}) {failed['status']}: {failed['error']}", markup=False)
@@ -109,11 +125,10 @@ def table(
 ) -> None:
     """Print the per-arm table (n, median, min, max) of a stored sweep."""
     from omni.store import stored_run_ids
-    from omni.sweep import format_table, sweep_table
 
     if not stored_run_ids(results, sweep_id):
         raise OmniError(f"no rows for sweep {sweep_id!r} under {results / 'runs'}; list them with ls {results / 'runs'}")
-    out.print(format_table(sweep_table(results, sweep_id)), highlight=False, markup=False)
+    print_arm_table(sweep_id, results)
 
 
 def main() -> None:

@@ -167,6 +167,7 @@ class EngineProcess:
             self.proc.wait()
             self.leftovers.discard(self.proc.pid)
             self.reader.join(timeout=5)
+            self.proc.stdout.close()
         finally:
             self.watchdog.__exit__(*exc)
             self.wall_s = time.monotonic() - self.started

@@ -116,12 +116,13 @@ class TreeSampler:
     """Background thread sampling a process tree until :meth:`stop`.
 
     ``interval`` is the RssAnon period (0.05 s = 20 Hz); Pss_Anon is read every
-    ``pss_every`` ticks and the tree refreshed every ``tree_every`` ticks.
+    ``pss_every`` ticks (and right after each phase mark) and the tree
+    refreshed every ``tree_every`` ticks.
     """
 
     root_pid: int
     interval: float = 0.05
-    pss_every: int = 10
+    pss_every: int = 4
     tree_every: int = 4
     samples: list[Sample] = field(default_factory=list)
     pss_samples: list[PssSample] = field(default_factory=list)
@@ -132,6 +133,7 @@ class TreeSampler:
         self._stop = threading.Event()
         self._pids: set[int] = {self.root_pid}
         self._phase = "start"
+        self._pss_due = self._tree_due = False
         self._thread = threading.Thread(target=self._loop, name=f"sampler-{self.root_pid}", daemon=True)
 
     def start(self) -> "TreeSampler":
@@ -146,6 +148,8 @@ class TreeSampler:
         """Record that the engine entered ``phase`` (called by the log reader)."""
         self.phase_marks.append((time.monotonic(), phase))
         self._phase = phase
+        # after-load and steady need the whole tree, and a Pss sample, in their phase
+        self._tree_due = self._pss_due = True
 
     def tree_pids(self) -> set[int]:
         return set(self._pids)
@@ -154,10 +158,12 @@ class TreeSampler:
         tick = 0
         next_t = time.monotonic()
         while not self._stop.is_set():
-            if tick % self.tree_every == 0:
+            if tick % self.tree_every == 0 or self._tree_due:
+                self._tree_due = False
                 self._refresh_tree()
             self._sample_rss()
-            if tick % self.pss_every == 0:
+            if tick % self.pss_every == 0 or self._pss_due:
+                self._pss_due = False
                 self._sample_pss()
             tick += 1
             next_t += self.interval

@@ -62,20 +62,27 @@ def run_id() -> str:
 
 @pytest.fixture
 def hog():
-    """Start a busy loop pinned to one CPU; returns a starter, stops them all."""
-    procs = []
+    """Start busy loops pinned to one CPU each, as another user's job would be.
 
-    def start(cpu: int) -> subprocess.Popen:
-        proc = subprocess.Popen(
-            [sys.executable, "-c", f"import os\nos.sched_setaffinity(0, [{cpu}])\nwhile True: pass"]
+    The loop double-forks so it is not our descendant: omni rightly ignores
+    load from its own process tree, and a real neighbour is not in it.
+    """
+    tag = f"hog-{uuid.uuid4().hex[:8]}"
+
+    def start(cpu: int) -> int:
+        script = (
+            "import os\n"
+            "if os.fork(): os._exit(0)\n"
+            f"os.sched_setaffinity(0, [{cpu}])\n"
+            "print(os.getpid(), flush=True)\n"
+            "os.close(1); os.close(2)\n"
+            "while True: pass\n"
         )
-        procs.append(proc)
-        return proc
+        out = subprocess.run([sys.executable, "-c", script], env=run_env(tag), capture_output=True, check=True)
+        return int(out.stdout)
 
     yield start
-    for proc in procs:
-        proc.kill()
-        proc.wait()
+    reap_run(tag, grace_s=0.5)
 
 
 def run_env(run_id: str) -> dict[str, str]:

@@ -10,7 +10,7 @@ from tests.conftest import run_env
 DAEMON = (
     "import subprocess, sys, time\n"
     "d = subprocess.Popen([sys.executable, '-c', 'import time\\nwhile True: time.sleep(1)'],"
-    " start_new_session=True)\n"
+    " start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
     "print(d.pid, flush=True)\n"
 )
 
@@ -56,7 +56,7 @@ def test_watchdog_reaps_when_the_orchestrator_dies(run_id):
         f"w = Watchdog({run_id!r}).__enter__()\n"
         f"env = dict(os.environ, {RUN_ID_VAR}={run_id!r})\n"
         "d = subprocess.Popen([sys.executable, '-c', 'import time\\nwhile True: time.sleep(1)'],"
-        " start_new_session=True, env=env)\n"
+        " start_new_session=True, env=env, stdout=subprocess.DEVNULL)\n"
         "print(d.pid, flush=True)\n"
         "time.sleep(600)\n"
     )

@@ -1,0 +1,106 @@
+"""The whole harness on the synthetic engine, without Prefect: exact and fast."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from omni.reaper import find_run_processes
+from omni.store import list_temp_files, load_runs
+from omni.sweep import prepare_sweep, run_and_store
+
+pytestmark = pytest.mark.slow
+
+
+def write_spec(tmp_path: Path, arms: list[dict], **sweep) -> Path:
+    spec = {"name": "t", "passes": 1, "seed": 3, "timeout_s": 60, **sweep, "arms": arms}
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def synthetic(name: str, **params) -> dict:
+    return {"name": name, "engine": "synthetic", "prompt_len": 16, "max_tokens": 8,
+            "params": {"work_per_token": 2000, **params}}  # fmt: skip
+
+
+def run_all(tmp_path: Path, arms: list[dict], force: bool = False, **sweep) -> dict[str, dict]:
+    prepared = prepare_sweep(write_spec(tmp_path, arms, **sweep), results=tmp_path / "results", force=force)
+    rows = {}
+    for item in prepared.items:
+        rows[item.arm.name] = run_and_store(prepared.context, item)
+    return rows
+
+
+def test_memory_is_measured_exactly_over_a_process_tree(tmp_path):
+    rows = run_all(tmp_path, [synthetic("zero", mem_mb=0, procs=3, hold_s=0.5),
+                              synthetic("big", mem_mb=512, procs=3, hold_s=0.5)])  # fmt: skip
+    zero, big = rows["zero"], rows["big"]
+    assert zero["status"] == big["status"] == "ok"
+    assert zero["n_procs"] == big["n_procs"] == 3
+    delta = big["rss_anon_steady_mb"] - zero["rss_anon_steady_mb"]
+    assert abs(delta - 512) <= 0.01 * 512, delta
+    pss_delta = big["pss_anon_steady_mb"] - zero["pss_anon_steady_mb"]
+    assert abs(pss_delta - 512) <= 0.01 * 512, pss_delta
+    assert big["rss_samples"] >= 5 and 40 <= big["rss_interval_ms"] <= 80
+    assert big["binding_ok"] and big["binding_procs_checked"] == 3
+
+
+def test_hang_times_out_and_nothing_survives(tmp_path):
+    t0 = time.monotonic()
+    rows = run_all(tmp_path, [synthetic("stuck", hang=True, daemonize=True, procs=2)], timeout_s=5)
+    elapsed = time.monotonic() - t0
+    row = rows["stuck"]
+    assert row["status"] == "timeout"
+    assert "timeout_s=5" in row["error"]
+    assert elapsed < 10 + 2  # 5 s deadline, then reaping; +2 s for setup on a busy host
+    assert find_run_processes(row["run_id"]) == set()
+    assert "leftover_processes" in row["warning_rules"]
+
+
+def test_crash_is_a_failed_row_with_its_stderr(tmp_path):
+    rows = run_all(tmp_path, [synthetic("boom", crash=True), synthetic("fine"), synthetic("rc3", exit_code=3)])
+    assert rows["boom"]["status"] == "failed"
+    assert "RuntimeError: synthetic engine crashed" in rows["boom"]["stderr_tail"]
+    assert "exited with code 1" in rows["boom"]["error"]
+    assert rows["boom"].get("decode_tok_s") is None
+    assert rows["rc3"]["status"] == "failed" and rows["rc3"]["exit_code"] == 3
+    assert rows["fine"]["status"] == "ok"
+    frame = load_runs(tmp_path / "results")
+    assert sorted(frame["arm"]) == ["boom", "fine", "rc3"]
+    by_arm = frame.set_index("arm")
+    assert by_arm["decode_tok_s"].isna()["boom"] and not by_arm["decode_tok_s"].isna()["fine"]
+    assert "RuntimeError" in by_arm.loc["boom", "stderr_tail"]
+    assert list_temp_files(tmp_path / "results") == []
+
+
+def test_daemon_left_behind_is_killed_and_recorded(tmp_path):
+    row = run_all(tmp_path, [synthetic("leaky", daemonize=True)])["leaky"]
+    assert row["status"] == "ok"
+    assert "leftover_processes" in row["warning_rules"]
+    assert find_run_processes(row["run_id"]) == set()
+
+
+def test_binding_is_checked_on_an_explicit_cpu(tmp_path):
+    row = run_all(tmp_path, [synthetic("one", procs=2)], slots={"cpus": "1"})["one"]
+    assert row["status"] == "ok"
+    assert row["binding_method"] == "numactl"
+    assert row["cpus"] == [1] and row["cpus_allowed_seen"] == [1] and row["mems_allowed_seen"] == [0]
+    assert row["threads"] == 1
+
+
+def test_busy_cores_refuse_then_force_runs(tmp_path, hog):
+    hog(0)
+    hog(1)
+    time.sleep(0.5)
+    refused = run_all(tmp_path / "a", [synthetic("x")])["x"]
+    assert refused["status"] == "refused"
+    assert "cpu0" in refused["error"] and "cpu1" in refused["error"] and "--force" in refused["error"]
+    assert refused["busy_max_pct"] > 50
+    forced = run_all(tmp_path / "b", [synthetic("x")], force=True)["x"]
+    assert forced["status"] == "ok" and forced["forced"] is True
+    assert "forced_busy" in forced["warning_rules"]
