@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from pathlib import Path
@@ -98,6 +99,25 @@ def sweep(
         return
     from flows.sweep import sweep as sweep_flow
 
+    with session_guard():
+        run_sweep_flow(sweep_flow, prepared, spec, passes, results, force)
+
+
+def session_guard():
+    """Tag everything this command starts, so a watchdog reaps it if we die.
+
+    Prefect's temporary server is a subprocess of ours: without this, a
+    SIGKILLed ``omni sweep`` would leave it running forever.
+    """
+    import uuid
+
+    from omni.reaper import SESSION_VAR, Watchdog
+
+    os.environ[SESSION_VAR] = uuid.uuid4().hex
+    return Watchdog(os.environ[SESSION_VAR], var=SESSION_VAR)
+
+
+def run_sweep_flow(sweep_flow, prepared, spec: Path, passes, results: Path, force: bool) -> None:
     done = threading.Event()
     watcher = threading.Thread(
         target=watch_progress, args=(results, prepared.sweep_id, len(prepared.items), done), daemon=True

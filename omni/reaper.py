@@ -5,7 +5,7 @@ inherit it, and a daemon that calls setsid keeps it). A run is over when no
 live process on the host carries its id.
 
 The orchestrator itself may die (SIGKILL, OOM) mid-run. For that case each
-run has a watchdog, ``python -m omni.reaper --watch RUN_ID``: a small process
+run has a watchdog, ``python -m omni.reaper --watch OMNI_RUN_ID=ID``: a small process
 in its own session that blocks on a pipe whose only writer is the
 orchestrator. The kernel closes the pipe when the orchestrator dies however
 it dies, the watchdog reads EOF and reaps the run. We chose this over cgroup
@@ -23,11 +23,14 @@ import sys
 import time
 
 RUN_ID_VAR = "OMNI_RUN_ID"
+# Set by the CLI for its whole process tree, engines and Prefect's temporary
+# server alike, so a watchdog can reap everything an ``omni`` command started.
+SESSION_VAR = "OMNI_SESSION"
 
 
-def find_run_processes(run_id: str) -> set[int]:
-    """Live pids whose environment has ``OMNI_RUN_ID=run_id`` (zombies have none)."""
-    needle = f"{RUN_ID_VAR}={run_id}".encode()
+def find_run_processes(run_id: str, var: str = RUN_ID_VAR) -> set[int]:
+    """Live pids whose environment has ``var=run_id`` (zombies have none)."""
+    needle = f"{var}={run_id}".encode()
     me = os.getpid()
     found = set()
     for entry in os.listdir("/proc"):
@@ -60,13 +63,15 @@ def _alive(pid: int) -> bool:
     return stat[stat.rindex(b")") + 2 : stat.rindex(b")") + 3] != b"Z"
 
 
-def reap_run(run_id: str, known: set[int] = frozenset(), grace_s: float = 3.0, limit_s: float = 10.0) -> set[int]:
+def reap_run(
+    run_id: str, known: set[int] = frozenset(), grace_s: float = 3.0, limit_s: float = 10.0, var: str = RUN_ID_VAR
+) -> set[int]:
     """SIGTERM the run's processes, wait ``grace_s``, SIGKILL survivors.
 
     Repeats the environment scan until none is left (a dying parent may
     fork one last time) or ``limit_s`` passes; returns the pids it signalled.
     """
-    targets = {p for p in known if _alive(p)} | find_run_processes(run_id)
+    targets = {p for p in known if _alive(p)} | find_run_processes(run_id, var)
     signalled = set(targets)
     _signal_all(targets, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
@@ -74,7 +79,7 @@ def reap_run(run_id: str, known: set[int] = frozenset(), grace_s: float = 3.0, l
         time.sleep(0.05)
     stop = time.monotonic() + limit_s
     while time.monotonic() < stop:
-        targets = {p for p in targets if _alive(p)} | find_run_processes(run_id)
+        targets = {p for p in targets if _alive(p)} | find_run_processes(run_id, var)
         if not targets:
             break
         signalled |= targets
@@ -84,16 +89,16 @@ def reap_run(run_id: str, known: set[int] = frozenset(), grace_s: float = 3.0, l
 
 
 class Watchdog:
-    """Context manager: a watchdog process that reaps ``run_id`` if we die."""
+    """Context manager: a watchdog process that reaps ``var=run_id`` if we die."""
 
-    def __init__(self, run_id: str) -> None:
-        self.run_id = run_id
+    def __init__(self, run_id: str, var: str = RUN_ID_VAR) -> None:
+        self.run_id, self.var = run_id, var
         self.proc: subprocess.Popen | None = None
 
     def __enter__(self) -> "Watchdog":
-        env = {k: v for k, v in os.environ.items() if k != RUN_ID_VAR}
+        env = {k: v for k, v in os.environ.items() if k not in (RUN_ID_VAR, SESSION_VAR)}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "omni.reaper", "--watch", self.run_id],
+            [sys.executable, "-m", "omni.reaper", "--watch", f"{self.var}={self.run_id}"],
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             start_new_session=True,  # a Ctrl-C to our group must not kill it
@@ -102,8 +107,12 @@ class Watchdog:
         return self
 
     def __exit__(self, *exc) -> None:
-        # We reaped the run ourselves; closing the pipe lets it check once more and go.
-        self.proc.stdin.close()
+        # We are alive and cleaned up ourselves: tell it so, and it leaves without reaping.
+        try:
+            self.proc.stdin.write(b"done\n")
+            self.proc.stdin.close()
+        except BrokenPipeError:
+            pass
         try:
             self.proc.wait(timeout=15)
         except subprocess.TimeoutExpired:
@@ -111,15 +120,19 @@ class Watchdog:
             self.proc.wait()
 
 
-def watch(run_id: str) -> int:
+def watch(tag: str) -> int:
+    """Block until our stdin closes; unless the orchestrator said ``done`` first,
+    it died: reap every process tagged ``VAR=VALUE``."""
+    var, _, value = tag.partition("=")
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    sys.stdin.buffer.read()  # returns at EOF: orchestrator done or dead
-    reap_run(run_id)
+    said = sys.stdin.buffer.read()  # returns at EOF: orchestrator finished or dead
+    if said.strip() != b"done":
+        reap_run(value, var=var)
     return 0
 
 
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "--watch":
         sys.exit(watch(sys.argv[2]))
-    sys.stderr.write("usage: python -m omni.reaper --watch RUN_ID\n")
+    sys.stderr.write("usage: python -m omni.reaper --watch VAR=VALUE\n")
     sys.exit(2)

@@ -1,0 +1,145 @@
+"""``omni`` as a user runs it: a real process, Prefect's ephemeral mode."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from omni.store import list_temp_files, load_runs
+from tests.conftest import REPO
+
+OMNI = [sys.executable, "-m", "omni.cli"]
+
+
+def omni(*args: str, cwd: Path = REPO, timeout: float = 300) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "COLUMNS": "200"}
+    return subprocess.run([*OMNI, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.slow
+def test_smoke_sweep_writes_six_rows_and_prints_the_table(tmp_path):
+    results = tmp_path / "results"
+    done = omni("sweep", "arms/smoke-synthetic.yaml", "--results", str(results))
+    assert done.returncode == 0, done.stderr[-3000:]
+    frame = pd.read_parquet(results / "runs")
+    assert len(frame) == 6
+    assert sorted(frame["arm"].value_counts().items()) == [("large", 3), ("small", 3)]
+    assert (frame["status"] == "ok").all()
+    assert frame["prefect_flow_run_id"].notna().all()
+    assert frame["decode_tok_s"].dtype == "float64" and frame["started_at"].dt.tz is not None
+    for arm in ("small", "large"):
+        assert arm in done.stdout
+    assert "decode_tok_s" in done.stdout and "median" in done.stdout
+
+
+def test_dry_run_prints_commands_and_runs_nothing(tmp_path):
+    results = tmp_path / "results"
+    done = omni("sweep", "arms/smoke-synthetic.yaml", "--results", str(results), "--dry-run")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("omni.engines.synthetic --arm") == 6
+    assert "--physcpubind=" in done.stdout and "--membind=" in done.stdout
+    assert "OMNI_RUN_ID=" in done.stdout
+    assert not results.exists()
+
+
+def test_validate_prints_expanded_arms():
+    done = omni("validate", "arms/smoke-synthetic.yaml")
+    assert done.returncode == 0, done.stderr
+    assert "small" in done.stdout and "large" in done.stdout
+
+
+BAD_SPECS = {
+    "unknown-key": ("name: x\nbogus: 1\narms: [{name: a, engine: synthetic}]\n", "bogus"),
+    "unknown-arm-key": ("name: x\narms:\n  - {name: a, engine: synthetic, thread: 2}\n", "thread"),
+    "duplicate-key": ("name: x\nname: y\narms: [{name: a, engine: synthetic}]\n", "duplicate"),
+    "yaml-tag": ("name: !!python/object/apply:os.system [echo hi]\narms: []\n", "tag"),
+    "wrong-type": ("name: x\narms:\n  - {name: a, engine: synthetic, threads: two}\n", "threads"),
+    "threads-zero": ("name: x\narms:\n  - {name: a, engine: synthetic, threads: 0}\n", ">= 1"),
+    "passes-zero": ("name: x\npasses: 0\narms: [{name: a, engine: synthetic}]\n", "passes"),
+    "duplicate-arm": ("name: x\narms:\n  - {name: a, engine: synthetic}\n  - {name: a, engine: synthetic}\n", "'a'"),
+    "unknown-engine": ("name: x\narms:\n  - {name: a, engine: tensorrt}\n", "synthetic"),
+    "baseline-missing": ("name: x\nbaseline: zz\narms: [{name: a, engine: synthetic}]\n", "baseline"),
+    "no-arms": ("name: x\narms: []\n", "arms"),
+    "syntax": ("name: x\narms: [\n", ":"),
+    "unknown-param": ("name: x\narms:\n  - {name: a, engine: synthetic, params: {memmb: 3}}\n", "memmb"),
+    "bad-cpulist": ("name: x\nslots: {cpus: '0-'}\narms: [{name: a, engine: synthetic}]\n", "slots.cpus"),
+    "cpu-absent": ("name: x\nslots: {cpus: '4000'}\narms: [{name: a, engine: synthetic}]\n", "4000"),
+    "top-list": ("- a\n- b\n", "mapping"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(BAD_SPECS))
+def test_bad_spec_gives_one_clear_message_and_launches_nothing(tmp_path, kind):
+    text, needle = BAD_SPECS[kind]
+    spec = tmp_path / "bad.yaml"
+    spec.write_text(text)
+    results = tmp_path / "results"
+    done = omni("sweep", str(spec), "--results", str(results))
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert done.stderr.startswith("error: ")
+    assert needle in done.stderr
+    assert "Traceback" not in done.stderr + done.stdout
+    assert not results.exists()
+
+
+def test_missing_spec_file_is_a_clear_error(tmp_path):
+    done = omni("validate", str(tmp_path / "nope.yaml"))
+    assert done.returncode == 2 and "nope.yaml" in done.stderr and "Traceback" not in done.stderr
+
+
+def engine_processes(marker: str, kind: bytes = b"omni.engines") -> list[int]:
+    """Processes whose command line mentions ``marker`` and ``kind``."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmdline = f.read()
+        except OSError:
+            continue
+        if marker.encode() in cmdline and kind in cmdline:
+            found.append(int(entry))
+    return found
+
+
+@pytest.mark.slow
+def test_sigkill_mid_sweep_leaves_no_engine_and_no_partial_file(tmp_path):
+    arms = [{"name": f"a{i}", "engine": "synthetic", "params": {"procs": 2, "mem_mb": 32, "load_s": 1.5}}
+            for i in range(3)]  # fmt: skip
+    spec = tmp_path / "slow.yaml"
+    spec.write_text(yaml.safe_dump({"name": "slow", "passes": 3, "timeout_s": 60, "arms": arms}))
+    results = tmp_path / "results"
+    env = {**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    servers_before = set(engine_processes("", b"prefect.server"))
+    proc = subprocess.Popen(
+        [*OMNI, "sweep", str(spec), "--results", str(results)], cwd=REPO, env=env,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and len(list((results / "runs").glob("*/*.parquet"))) < 2:
+        time.sleep(0.1)
+    assert proc.poll() is None, "sweep ended before we could kill it"
+    while not engine_processes(str(results)) and time.monotonic() < deadline:
+        time.sleep(0.05)  # kill it while an engine is running
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    stop = time.monotonic() + 15
+    while engine_processes(str(results)) and time.monotonic() < stop:
+        time.sleep(0.1)
+    assert engine_processes(str(results)) == []
+    while set(engine_processes("", b"prefect.server")) - servers_before and time.monotonic() < stop:
+        time.sleep(0.1)
+    assert set(engine_processes("", b"prefect.server")) - servers_before == set(), "Prefect server left behind"
+    assert list_temp_files(results) == []
+    frame = load_runs(results)
+    assert 2 <= len(frame) < 9 and (frame["status"] == "ok").all()
+    assert len(pd.read_parquet(results / "runs")) == len(frame)
