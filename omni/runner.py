@@ -276,6 +276,8 @@ def fill_binding(row: dict, proc: EngineProcess, item: PlanItem, method: str) ->
         binding_method=method, binding_ok=check.ok, binding_procs_checked=check.procs_checked,
         cpus_allowed_seen=check.cpus_seen, mems_allowed_seen=check.mems_seen,
     )  # fmt: skip
+    if proc.sampler.error and row["status"] == "ok":
+        row.update(status="invalid", error=proc.sampler.error)
     if check.violations and row["status"] == "ok":
         row.update(status="invalid", error="process ran outside its slot: " + "; ".join(check.violations))
 

@@ -55,7 +55,7 @@ def test_sampler_sums_tree_and_reads_binding():
         "c.stdout.readline(); print('ready', flush=True); sys.stdin.read()\n"
     )
     proc = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-    sampler = TreeSampler(proc.pid, interval=0.02).start()
+    sampler = TreeSampler(proc.pid, interval=0.02, tree_period_s=0.1, budget=1.0).start()
     try:
         assert proc.stdout.readline().strip() == b"ready"
         time.sleep(0.3)
