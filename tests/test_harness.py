@@ -104,3 +104,12 @@ def test_busy_cores_refuse_then_force_runs(tmp_path, hog):
     forced = run_all(tmp_path / "b", [synthetic("x")], force=True)["x"]
     assert forced["status"] == "ok" and forced["forced"] is True
     assert "forced_busy" in forced["warning_rules"]
+
+
+def test_without_numactl_affinity_is_set_and_recorded(tmp_path, monkeypatch):
+    monkeypatch.setattr("omni.runner.numactl_path", lambda: None)
+    row = run_all(tmp_path, [synthetic("plain", procs=2)], slots={"cpus": "0"})["plain"]
+    assert row["status"] == "ok"
+    assert row["binding_method"] == "sched_setaffinity"
+    assert "omni.pin" in row["command"]
+    assert row["cpus_allowed_seen"] == [0] and row["binding_ok"]
