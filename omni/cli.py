@@ -41,9 +41,8 @@ def validate(spec: Path = typer.Argument(..., help="sweep spec, YAML or JSON")) 
 
 def print_plan(prepared, results: Path) -> None:
     from omni.plan import describe_plan
-    from omni.sweep import REPO_ROOT
 
-    plan = describe_plan(prepared.items, Path(results).resolve(), REPO_ROOT)
+    plan = describe_plan(prepared.items, Path(results).resolve(), prepared.context.resources)
     out.print(f"sweep {prepared.sweep_id}: {len(plan)} run(s), nothing launched (--dry-run)")
     for p in plan:
         out.print(
@@ -51,6 +50,8 @@ def print_plan(prepared, results: Path) -> None:
             f"node {p['node']} cpus {p['cpus']} membind {p['membind']} via {p['method']}",
             highlight=False,
         )
+        if p["problem"]:
+            out.print(f"    [red]will not run:[/] {p['problem']}", highlight=False)
         env = " ".join(f"{k}={v}" for k, v in p["env"].items())
         out.print(f"    {env} {p['command']}", highlight=False, markup=False, soft_wrap=True)
 
@@ -93,7 +94,7 @@ def sweep(
     """Run a sweep locally (Prefect ephemeral mode, no server needed)."""
     from omni.sweep import prepare_sweep
 
-    prepared = prepare_sweep(spec, passes=passes, results=results, force=force)
+    prepared = prepare_sweep(spec, passes=passes, results=results, force=force, build=not dry_run)
     if dry_run:
         print_plan(prepared, results)
         return
@@ -149,6 +150,53 @@ def table(
     if not stored_run_ids(results, sweep_id):
         raise OmniError(f"no rows for sweep {sweep_id!r} under {results / 'runs'}; list them with ls {results / 'runs'}")
     print_arm_table(sweep_id, results)
+
+
+env_app = typer.Typer(no_args_is_help=True, help="Engine environments (.venvs/<name>).")
+models_app = typer.Typer(no_args_is_help=True, help="Deterministic models (no hub, no downloads).")
+app.add_typer(env_app, name="env")
+app.add_typer(models_app, name="models")
+
+
+@env_app.command("list")
+def env_list() -> None:
+    """Declared engine envs and whether each is built and current."""
+    from omni.envs import ENVS, env_info, read_stamp
+    from omni.sweep import REPO_ROOT
+
+    for name in sorted(ENVS):
+        info, stamp = env_info(REPO_ROOT, name), read_stamp(REPO_ROOT, name)
+        state = "built" if info else ("stale (declaration changed)" if stamp else "not built")
+        detail = f" key {info.key} freeze {info.freeze_sha256[:12]} built {info.built_at} in {info.build_s} s" if info else ""
+        out.print(f"{name:<20} {state}{detail}", highlight=False)
+
+
+@env_app.command("build")
+def env_build(name: str = typer.Argument(..., help="env name, see omni env list")) -> None:
+    """Build (or complete) an engine env; a no-op when it is current."""
+    from omni.envs import ensure_env
+    from omni.sweep import REPO_ROOT
+
+    info = ensure_env(REPO_ROOT, name)
+    out.print(f"{name}: {info.python} (key {info.key}, freeze sha256 {info.freeze_sha256})", highlight=False)
+
+
+@models_app.command("make")
+def models_make(
+    preset: str = typer.Argument(..., help="shape preset, e.g. tiny-llama"),
+    out_dir: Optional[Path] = typer.Option(None, "--out", help="directory (default models/PRESET)"),
+) -> None:
+    """Write the preset's HF directory and GGUF files; print their digests."""
+    from omni.models import PRESETS
+    from omni.resources import make_model
+    from omni.sweep import REPO_ROOT
+
+    if preset not in PRESETS:
+        raise OmniError(f"unknown preset {preset!r}; known: {', '.join(PRESETS)}")
+    manifest = make_model(REPO_ROOT, preset, out_dir.resolve() if out_dir else None)
+    out.print(f"{preset}: hf sha256 {manifest['hf_sha256']}", highlight=False)
+    for kind, entry in sorted(manifest["gguf"].items()):
+        out.print(f"  {entry['file']}: sha256 {entry['sha256']}", highlight=False)
 
 
 def main() -> None:

