@@ -262,10 +262,12 @@ def fill_outcome(row: dict, proc: EngineProcess, finished_in_time: bool, timeout
 
 
 def fill_binding(row: dict, proc: EngineProcess, item: PlanItem, method: str) -> None:
-    check = verify_binding(proc.sampler.seen, item.slot, membind_expected=method == "numactl")
+    seen = {**proc.sampler.seen, **{f"{pid}/{tid}": t for (pid, tid), t in proc.sampler.threads_seen.items()}}
+    check = verify_binding(seen, item.slot, membind_expected=method == "numactl")
     row.update(
         binding_method=method, binding_ok=check.ok, binding_procs_checked=check.procs_checked,
         cpus_allowed_seen=check.cpus_seen, mems_allowed_seen=check.mems_seen,
+        threads_checked=len(proc.sampler.threads_seen),
     )  # fmt: skip
     if proc.sampler.error and row["status"] == "ok":
         row.update(status="invalid", error=proc.sampler.error)

@@ -36,7 +36,7 @@ KIB_PER_MIB = 1024
 _STATUS_FIELDS = re.compile(rb"^(Name|State|RssAnon|Cpus_allowed_list|Mems_allowed_list):\s*(.*)$", re.M)
 
 
-def read_status(pid: int) -> dict[str, str] | None:
+def read_status(pid: int | str) -> dict[str, str] | None:
     """The fields we use from ``/proc/PID/status``; ``None`` if the process is gone.
 
     One regex over the bytes instead of splitting ~55 lines: this runs 20
@@ -186,6 +186,7 @@ class TreeSampler:
     samples: list[Sample] = field(default_factory=list)
     pss_samples: list[PssSample] = field(default_factory=list)
     seen: dict[int, ProcessSeen] = field(default_factory=dict)
+    threads_seen: dict[tuple[int, int], ProcessSeen] = field(default_factory=dict)
     phase_marks: list[tuple[float, str]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -259,6 +260,22 @@ class TreeSampler:
             cpus, mems = self._binding(pid, status.get("Cpus_allowed_list", ""), status.get("Mems_allowed_list", ""))
             self.seen[pid] = ProcessSeen(pid, status.get("Name", "?"), cpus, mems)
         self._pids.add(self.root_pid)  # it may be mid-exec (numactl -> python)
+        if self._phase == "steady" and not self.threads_seen:
+            self._read_thread_bindings()
+
+    def _read_thread_bindings(self) -> None:
+        """Once, in steady state: every thread's own affinity (engines bind OpenMP
+        threads one by one, so a process's mask says nothing about its threads)."""
+        for pid in self._pids:
+            try:
+                tids = os.listdir(f"/proc/{pid}/task")
+            except OSError:
+                continue
+            for tid in tids:
+                status = read_status(f"{pid}/task/{tid}")
+                if status:
+                    cpus, mems = self._binding(pid, status.get("Cpus_allowed_list", ""), status.get("Mems_allowed_list", ""))
+                    self.threads_seen[(pid, int(tid))] = ProcessSeen(int(tid), status.get("Name", "?"), cpus, mems)
 
     def _binding(self, pid: int, cpus: str, mems: str) -> tuple[list[int], list[int]]:
         key = (pid, cpus, mems)  # parse each distinct list once

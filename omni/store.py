@@ -120,6 +120,7 @@ COLUMNS: tuple[Column, ...] = (
         ("engine_params", _STR, None, "engine-specific parameters, JSON object", _JSON),
         ("arm_json", _STR, None, "canonical JSON of the whole arm", _JSON),
         ("arm_hash", _STR, None, "hash of arm_json: same hash, same configuration"),
+        ("threads_checked", _I32, None, "threads whose own affinity was checked in steady state (v2)"),
         ("mmap", _BOOL, None, "weights memory-mapped from the file: file-backed pages, not RssAnon (v2)"),
     ),
     *_group(

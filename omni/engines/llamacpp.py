@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ctypes
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -55,18 +56,55 @@ def greedy(llama_cpp, ctx, index: int, n_vocab: int) -> int:
     return int(np.argmax(logits))
 
 
-def generate(llm, arm: dict, prompts: list[list[int]]) -> tuple[float, float]:
+@dataclass
+class Loaded:
+    model: object
+    ctx: object
+    n_vocab: int
+    n_ctx: int
+
+
+def load(path: Path, arm: dict) -> Loaded:
+    """Model and a context with one KV stream per sequence of the batch.
+
+    The C API directly: llama-cpp-python's ``Llama`` cannot set n_seq_max.
+    ``context_len`` is per sequence, as vLLM's max_model_len is.
+    """
+    import llama_cpp
+
+    llama_cpp.llama_backend_init()
+    mparams = llama_cpp.llama_model_default_params()
+    mparams.use_mmap = arm["params"]["mmap"]
+    model = llama_cpp.llama_model_load_from_file(str(path).encode(), mparams)
+    if not model:
+        raise RuntimeError(f"llama.cpp could not load {path}")
+    batch, prompt_len = arm["batch_size"], arm["prompt_len"]
+    per_seq = arm.get("context_len") or prompt_len + arm["max_tokens"]
+    cparams = llama_cpp.llama_context_default_params()
+    cparams.n_ctx = batch * per_seq
+    cparams.n_batch = cparams.n_ubatch = max(batch * prompt_len, 512)
+    cparams.n_seq_max = batch
+    cparams.n_threads = cparams.n_threads_batch = arm["threads_effective"]
+    ctx = llama_cpp.llama_init_from_model(model, cparams)
+    if not ctx:
+        raise RuntimeError(f"llama.cpp could not create a context of {cparams.n_ctx} tokens")
+    n_vocab = llama_cpp.llama_vocab_n_tokens(llama_cpp.llama_model_get_vocab(model))
+    return Loaded(model, ctx, n_vocab, cparams.n_ctx)
+
+
+def generate(lm: Loaded, arm: dict, prompts: list[list[int]]) -> tuple[float, float]:
     """Prefill all sequences, then decode step by step; return (ttft_s, e2e_s)."""
     import llama_cpp
 
-    ctx, n_vocab = llm._ctx.ctx, llm.n_vocab()
+    ctx, n_vocab = lm.ctx, lm.n_vocab
     batch_n, prompt_len, max_tokens = len(prompts), arm["prompt_len"], arm["max_tokens"]
     llama_cpp.llama_memory_clear(llama_cpp.llama_get_memory(ctx), True)
     entries = [(tok, pos, s, pos == prompt_len - 1) for s, p in enumerate(prompts) for pos, tok in enumerate(p)]
     t0 = time.perf_counter()
     batch = build_batch(llama_cpp, entries, len(entries), batch_n)
-    if llama_cpp.llama_decode(ctx, batch) != 0:
-        raise RuntimeError("llama_decode failed on the prefill (context too small?)")
+    rc = llama_cpp.llama_decode(ctx, batch)
+    if rc != 0:
+        raise RuntimeError(f"llama_decode failed on the prefill (rc {rc}): context of {lm.n_ctx} tokens too small?")
     last = [greedy(llama_cpp, ctx, (s + 1) * prompt_len - 1, n_vocab) for s in range(batch_n)]
     ttft = time.perf_counter() - t0
     llama_cpp.llama_batch_free(batch)
@@ -76,55 +114,50 @@ def generate(llm, arm: dict, prompts: list[list[int]]) -> tuple[float, float]:
             step.token[s], step.pos[s], step.n_seq_id[s], step.logits[s] = last[s], prompt_len + k - 1, 1, True
             step.seq_id[s][0] = s
         step.n_tokens = batch_n
-        if llama_cpp.llama_decode(ctx, step) != 0:
-            raise RuntimeError(f"llama_decode failed at decode step {k}")
+        rc = llama_cpp.llama_decode(ctx, step)
+        if rc != 0:
+            raise RuntimeError(f"llama_decode failed at decode step {k} (rc {rc})")
         last = [greedy(llama_cpp, ctx, s, n_vocab) for s in range(batch_n)]
     e2e = time.perf_counter() - t0
     llama_cpp.llama_batch_free(step)
     return ttft, e2e
 
 
-def kv_bytes(llm, n_ctx: int) -> int:
+def kv_bytes(lm: Loaded) -> int:
     """f16 K and V for every layer and every context slot."""
-    meta = llm.metadata
-    layers = int(meta["llama.block_count"])
-    heads = int(meta["llama.attention.head_count"])
-    kv_heads = int(meta.get("llama.attention.head_count_kv", heads))
-    head_dim = int(meta["llama.embedding_length"]) // heads
-    return n_ctx * layers * kv_heads * head_dim * 2 * 2
+    import llama_cpp
+
+    model = lm.model
+    heads = llama_cpp.llama_model_n_head(model)
+    head_dim = llama_cpp.llama_model_n_embd(model) // heads
+    kv_heads = llama_cpp.llama_model_n_head_kv(model)
+    return lm.n_ctx * llama_cpp.llama_model_n_layer(model) * kv_heads * head_dim * 2 * 2
 
 
 def run(arm: dict) -> dict:
     import llama_cpp
-    from llama_cpp import Llama
 
     params = arm["params"]
     path = Path(arm["model_path"])
-    threads = arm["threads_effective"]
     batch, prompt_len, max_tokens = arm["batch_size"], arm["prompt_len"], arm["max_tokens"]
-    n_ctx = arm.get("context_len") or batch * (prompt_len + max_tokens)
     mark_phase("load")
     t0 = time.perf_counter()
-    llm = Llama(
-        model_path=str(path), n_ctx=n_ctx, n_batch=max(batch * prompt_len, 512), n_ubatch=max(batch * prompt_len, 512),
-        n_seq_max=batch, n_threads=threads, n_threads_batch=threads, use_mmap=params["mmap"], verbose=False,
-    )  # fmt: skip
+    lm = load(path, arm)
     load_s = time.perf_counter() - t0
     mark_phase("loaded")
-    log(f"loaded {path.name} in {load_s:.2f} s, n_ctx={n_ctx}, threads={threads}, mmap={params['mmap']}")
-    prompts = token_prompts(batch, prompt_len, llm.n_vocab())
-    for _ in range(params["warmup"]):
-        generate(llm, {**arm, "max_tokens": 2}, prompts)
-    llama_cpp.llama_perf_context_reset(llm._ctx.ctx)
-    ttft, e2e = generate(llm, arm, prompts)
-    perf = llama_cpp.llama_perf_context(llm._ctx.ctx)
+    log(f"loaded {path.name} in {load_s:.2f} s, n_ctx={lm.n_ctx}, threads={arm['threads_effective']}, mmap={params['mmap']}")
+    for seed in range(params["warmup"]):
+        generate(lm, {**arm, "max_tokens": 2}, token_prompts(batch, prompt_len, lm.n_vocab, seed=100 + seed))
+    llama_cpp.llama_perf_context_reset(lm.ctx)
+    ttft, e2e = generate(lm, arm, token_prompts(batch, prompt_len, lm.n_vocab))
+    perf = llama_cpp.llama_perf_context(lm.ctx)
     mark_phase("steady")
     time.sleep(params["hold_s"])
-    metrics = rates(batch, prompt_len, max_tokens, ttft, e2e) | {"load_s": load_s, "kv_cache_bytes_effective": kv_bytes(llm, n_ctx)}
+    metrics = rates(batch, prompt_len, max_tokens, ttft, e2e) | {"load_s": load_s, "kv_cache_bytes_effective": kv_bytes(lm)}
     return {
         "metrics": metrics,
         "config": {
-            "n_ctx": n_ctx, "threads": threads, "mmap": params["mmap"], "gguf": path.name,
+            "n_ctx": lm.n_ctx, "threads": arm["threads_effective"], "mmap": params["mmap"], "gguf": path.name,
             "llama_perf": {"t_p_eval_ms": perf.t_p_eval_ms, "n_p_eval": perf.n_p_eval,
                            "t_eval_ms": perf.t_eval_ms, "n_eval": perf.n_eval},
         },

@@ -23,7 +23,7 @@ from pathlib import Path
 
 # A line the orchestrator's log reader recognises: "omni-phase: loaded"
 PHASE_PREFIX = "omni-phase: "
-PHASES = ("load", "loaded", "steady")
+PHASES = ("load", "loaded", "steady", "done")
 
 
 def mark_phase(name: str) -> None:
@@ -57,6 +57,7 @@ def serve(run: Callable[[dict], dict], argv: list[str] | None = None) -> int:
     arm = json.loads(args.arm.read_text())
     started = time.time()
     result = run(arm)
+    mark_phase("done")  # teardown follows: its memory is not the steady state
     result.setdefault("provenance", {}).update(base_provenance())
     result["engine_wall_s"] = time.time() - started
     write_result(args.out, result)
