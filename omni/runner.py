@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import json
+import re
 import os
 import signal
 import subprocess
@@ -32,7 +33,9 @@ from omni.sampler import TreeSampler, summarize
 from omni.spec import Arm, arm_hash, canonical_arm_json
 from omni.topology import Slot
 
-STDERR_TAIL_LINES = 40
+STDERR_TAIL_LINES = 60
+# "ValueError: No available memory for the cache blocks. Try ..."
+EXCEPTION_LINE = re.compile(r"\b([A-Z]\w*(?:Error|Exception)): (.+)$")
 ENGINE_METRICS = ("load_s", "ttft_ms", "prefill_tok_s", "decode_tok_s", "e2e_s", "kv_cache_bytes_effective")
 
 
@@ -163,6 +166,16 @@ class EngineProcess:
             self.wall_s = time.monotonic() - self.started
 
 
+def failure_reason(tail: list[str]) -> str:
+    """The first and last exception in the log tail: the root cause and what
+    finally killed the engine (vLLM reports the former, then re-raises)."""
+    found = [m.group(0) for line in tail if (m := EXCEPTION_LINE.search(line))]
+    if not found:
+        return tail[-1] if tail else ""
+    unique = list(dict.fromkeys([found[0], found[-1]]))
+    return " ... ".join(text[:300] for text in unique)
+
+
 def describe_exit(code: int) -> str:
     if code < 0:
         return f"engine killed by {signal.Signals(-code).name}"
@@ -250,8 +263,8 @@ def fill_outcome(row: dict, proc: EngineProcess, finished_in_time: bool, timeout
     if not finished_in_time:
         row.update(status="timeout", error=f"no result within timeout_s={timeout_s:g}; killed the run's processes")
     elif proc.proc.returncode != 0:
-        last = proc.reader.tail[-1] if proc.reader.tail else ""
-        row.update(status="failed", error=f"{describe_exit(proc.proc.returncode)}: {last}".rstrip(": "))
+        reason = failure_reason(list(proc.reader.tail))
+        row.update(status="failed", error=f"{describe_exit(proc.proc.returncode)}: {reason}".rstrip(": "))
     elif result is None:
         row.update(status="failed", error=f"engine exited 0 but wrote no valid JSON to {workdir / 'result.json'}")
     else:

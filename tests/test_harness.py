@@ -114,3 +114,13 @@ def test_without_numactl_affinity_is_set_and_recorded(tmp_path, monkeypatch):
     assert row["binding_method"] == "sched_setaffinity"
     assert "omni.pin" in row["command"]
     assert row["cpus_allowed_seen"] == [0] and row["binding_ok"]
+
+
+def test_failure_reason_names_the_root_cause():
+    from omni.runner import failure_reason
+
+    tail = ["(EngineCore) ERROR [core.py] ValueError: No available memory for the cache blocks.",
+            "Traceback (most recent call last):", "RuntimeError: Engine core initialization failed.",
+            "UserWarning: resource_tracker: leaked"]  # fmt: skip
+    assert failure_reason(tail) == "ValueError: No available memory for the cache blocks. ... RuntimeError: Engine core initialization failed."
+    assert failure_reason(["plain last words"]) == "plain last words"

