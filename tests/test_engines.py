@@ -117,3 +117,15 @@ def test_kv_budget_that_cannot_fit_is_a_failed_row(tmp_path):
     row = run_and_store(prepared.context, prepared.items[0])
     assert row["status"] == "failed"
     assert "No available memory for the cache blocks" in row["error"]
+
+
+def test_llamacpp_mmap_moves_weights_out_of_rss_anon(tmp_path):
+    base = {"engine": "llamacpp", "model": "tiny-llama", "prompt_len": 32, "max_tokens": 8, "batch_size": 2}
+    arms = [{**base, "name": "anon", "params": {"mmap": False}}, {**base, "name": "mapped", "params": {"mmap": True}}]
+    prepared = prepare_sweep(write_spec(tmp_path, arms), results=tmp_path / "results")
+    rows = {item.arm.name: run_and_store(prepared.context, item) for item in prepared.items}
+    assert rows["anon"]["status"] == rows["mapped"]["status"] == "ok"
+    assert rows["anon"]["mmap"] is False and rows["mapped"]["mmap"] is True
+    weights_mb = (TINY / "tiny-llama-bf16.gguf").stat().st_size / 2**20
+    moved = rows["anon"]["rss_anon_steady_mb"] - rows["mapped"]["rss_anon_steady_mb"]
+    assert 0.8 * weights_mb <= moved <= 1.2 * weights_mb, (moved, weights_mb)

@@ -56,6 +56,18 @@ def greedy(llama_cpp, ctx, index: int, n_vocab: int) -> int:
     return int(np.argmax(logits))
 
 
+def set_load_mode(llama_cpp, mparams, mmap: bool) -> None:
+    """mmap on or off. This llama.cpp has ``load_mode`` (an enum), no ``use_mmap``:
+    a ctypes Structure silently accepts an unknown attribute, so check the field."""
+    fields = {name for name, _ in type(mparams)._fields_}
+    if "load_mode" in fields:
+        mparams.load_mode = llama_cpp.LLAMA_LOAD_MODE_MMAP if mmap else llama_cpp.LLAMA_LOAD_MODE_NONE
+    elif "use_mmap" in fields:
+        mparams.use_mmap = mmap
+    else:
+        raise RuntimeError(f"llama_model_params has neither load_mode nor use_mmap: {sorted(fields)}")
+
+
 @dataclass
 class Loaded:
     model: object
@@ -74,7 +86,7 @@ def load(path: Path, arm: dict) -> Loaded:
 
     llama_cpp.llama_backend_init()
     mparams = llama_cpp.llama_model_default_params()
-    mparams.use_mmap = arm["params"]["mmap"]
+    set_load_mode(llama_cpp, mparams, arm["params"]["mmap"])
     model = llama_cpp.llama_model_load_from_file(str(path).encode(), mparams)
     if not model:
         raise RuntimeError(f"llama.cpp could not load {path}")

