@@ -22,6 +22,8 @@ import subprocess
 import sys
 import time
 
+from omni.procfs import read_all
+
 RUN_ID_VAR = "OMNI_RUN_ID"
 # Set by the CLI for its whole process tree, engines and Prefect's temporary
 # server alike, so a watchdog can reap everything an ``omni`` command started.
@@ -32,18 +34,7 @@ def find_run_processes(run_id: str, var: str = RUN_ID_VAR) -> set[int]:
     """Live pids whose environment has ``var=run_id`` (zombies have none)."""
     needle = f"{var}={run_id}".encode()
     me = os.getpid()
-    found = set()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == me:
-            continue
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as f:
-                environ = f.read()
-        except OSError:
-            continue
-        if needle in environ.split(b"\0"):
-            found.add(int(entry))
-    return found
+    return {pid for pid, environ in read_all("environ") if pid != me and needle in environ.split(b"\0")}
 
 
 def _signal_all(pids: set[int], sig: int) -> None:

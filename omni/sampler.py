@@ -28,6 +28,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from omni.procfs import read_all
 from omni.topology import parse_cpulist
 
 KIB_PER_MIB = 1024
@@ -117,17 +118,10 @@ def read_pss_anon_kib(pid: int) -> int | None:
 def parent_map() -> dict[int, list[int]]:
     """ppid -> children, from ``/proc/*/stat`` (field 4, after the ``(comm)``)."""
     children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
+    for pid, stat in read_all("stat"):
         # "1234 (python3) S 1200 ...": comm may contain spaces and parens
         ppid = int(stat[stat.rindex(b")") + 2 :].split(b" ", 2)[1])
-        children.setdefault(ppid, []).append(int(entry))
+        children.setdefault(ppid, []).append(pid)
     return children
 
 

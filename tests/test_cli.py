@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from omni.procfs import read_all
 from omni.store import list_temp_files, load_runs
 from tests.conftest import REPO
 
@@ -98,18 +99,7 @@ def test_missing_spec_file_is_a_clear_error(tmp_path):
 
 def engine_processes(marker: str, kind: bytes = b"omni.engines") -> list[int]:
     """Processes whose command line mentions ``marker`` and ``kind``."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                cmdline = f.read()
-        except OSError:
-            continue
-        if marker.encode() in cmdline and kind in cmdline:
-            found.append(int(entry))
-    return found
+    return [pid for pid, cmdline in read_all("cmdline") if marker.encode() in cmdline and kind in cmdline]
 
 
 @pytest.mark.slow
