@@ -87,10 +87,17 @@ def read_stamp(repo_root: Path, name: str) -> dict | None:
         return None
 
 
+def omni_metadata_sha(repo_root: Path) -> str:
+    """omni's own pyproject (entry points live there): a change reinstalls omni in each env."""
+    return hashlib.sha256((repo_root / "pyproject.toml").read_bytes()).hexdigest()[:16]
+
+
 def env_info(repo_root: Path, name: str) -> EnvInfo | None:
     """The env if it is built and current, else ``None``."""
     stamp = read_stamp(repo_root, name)
     if not stamp or stamp.get("key") != env_spec(name).key():
+        return None
+    if stamp.get("omni_pyproject") != omni_metadata_sha(repo_root):
         return None
     python = env_dir(repo_root, name) / "bin" / "python"
     return EnvInfo(name, python, stamp["key"], stamp["freeze_sha256"], stamp["built_at"], stamp["build_s"])
@@ -114,12 +121,14 @@ def build_env(repo_root: Path, name: str) -> EnvInfo:
     """Build ``.venvs/<name>``; the stamp is written last.
 
     A stale env (declared differently) is removed first; one without a stamp
-    (an interrupted build) is completed in place, pip being idempotent.
+    (an interrupted build) or with an older omni pyproject (new entry points)
+    is completed in place, pip being idempotent.
     """
     spec = env_spec(name)
     target = env_dir(repo_root, name)
     log_path = target.parent / f"{name}.build.log"
-    if read_stamp(repo_root, name) is not None:
+    stamp = read_stamp(repo_root, name)
+    if stamp is not None and stamp.get("key") != spec.key():
         shutil.rmtree(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
@@ -145,6 +154,7 @@ def build_env(repo_root: Path, name: str) -> EnvInfo:
         "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "build_s": round(time.monotonic() - started, 1),
         "spec": asdict(spec),
+        "omni_pyproject": omni_metadata_sha(repo_root),
     }
     (target / STAMP).write_text(json.dumps(stamp, indent=1, sort_keys=True))
     return env_info(repo_root, name)

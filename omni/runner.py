@@ -66,10 +66,11 @@ class RunContext:
     resources: dict[str, ArmResources] = field(default_factory=dict)
 
 
-def engine_arm_payload(item: PlanItem, res: ArmResources) -> dict:
+def engine_arm_payload(item: PlanItem, res: ArmResources, workdir: Path) -> dict:
     """The arm as the engine reads it: canonical fields plus where it runs."""
     payload = json.loads(canonical_arm_json(item.arm))
     payload["model_path"] = res.model_path
+    payload["workdir"] = str(workdir)
     payload["run_id"] = item.run_id
     payload["slot"] = {"cpus": list(item.slot.cpus), "node": item.slot.node}
     payload["threads_effective"] = item.arm.threads or len(item.slot.cpus)
@@ -271,6 +272,7 @@ def fill_outcome(row: dict, proc: EngineProcess, finished_in_time: bool, timeout
         row["status"] = "ok"
         row.update({k: v for k, v in result.get("metrics", {}).items() if k in ENGINE_METRICS})
         row.update(summarize(proc.sampler))
+        row["patch_report"] = result.get("patch_report")
         merge_engine_provenance(row, result.get("provenance", {}))
 
 
@@ -278,7 +280,7 @@ def fill_binding(row: dict, proc: EngineProcess, item: PlanItem, method: str) ->
     seen = {**proc.sampler.seen, **{f"{pid}/{tid}": t for (pid, tid), t in proc.sampler.threads_seen.items()}}
     check = verify_binding(seen, item.slot, membind_expected=method == "numactl")
     row.update(
-        binding_method=method, binding_ok=check.ok, binding_procs_checked=check.procs_checked,
+        binding_method=method, binding_ok=check.ok, binding_procs_checked=len(proc.sampler.seen),
         cpus_allowed_seen=check.cpus_seen, mems_allowed_seen=check.mems_seen,
         threads_checked=len(proc.sampler.threads_seen),
     )  # fmt: skip
@@ -302,7 +304,7 @@ def run_arm(ctx: RunContext, item: PlanItem) -> dict:
         return row
     workdir = run_workdir(ctx.results_dir, item)
     workdir.mkdir(parents=True, exist_ok=True)
-    (workdir / "arm.json").write_text(json.dumps(engine_arm_payload(item, res), sort_keys=True))
+    (workdir / "arm.json").write_text(json.dumps(engine_arm_payload(item, res, workdir), sort_keys=True))
     argv, method = engine_argv(item, workdir, res.python)
     row["command"] = json.dumps(argv)
     with EngineProcess(argv, engine_env(item), item.run_id, workdir / "engine.log") as proc:

@@ -53,6 +53,7 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from omni.errors import OmniError, SpecError
 from omni.topology import parse_cpulist
+from omni.vllm_plugin import names as vllm_names
 
 SUFFIXES = (".yaml", ".yml", ".json")
 MAX_MATRIX_ARMS = 1000
@@ -278,8 +279,18 @@ class Arm(_SpecModel):
         if value in ("all", "none"):
             return value
         if isinstance(value, list) and all(isinstance(p, str) and p for p in value):
+            unknown = [p for p in value if p not in vllm_names.PATCHES]
+            if unknown:
+                raise _problem(f"unknown patch(es) {unknown} (known: {', '.join(vllm_names.PATCHES)})")
             return value
         raise _problem(f"must be 'all', 'none' or a list of patch names, got {_show(value)}")
+
+    @field_validator("quantization")
+    @classmethod
+    def _known_quantization(cls, value: str | None) -> str | None:
+        if value is not None and value not in vllm_names.QUANTIZATIONS:
+            raise _problem(f"unknown quantization {value!r} (known: {', '.join(vllm_names.QUANTIZATIONS)})")
+        return value
 
     @field_validator("env", mode="before")
     @classmethod

@@ -116,6 +116,7 @@ COLUMNS: tuple[Column, ...] = (
         ("threads", _I32, None, "compute threads requested"),
         ("compile_mode", _STR, None, "graph compilation mode (eager, compiled, cached...)"),
         ("patches", _STRS, None, "omni runtime patches enabled for this arm"),
+        ("patch_report", _STR, None, "per vLLM process: each patch applied / not needed / failed, JSON list (v2)", _JSON),
         ("env_overrides", _STR, None, "environment variables set by the arm, JSON object", _JSON),
         ("engine_params", _STR, None, "engine-specific parameters, JSON object", _JSON),
         ("arm_json", _STR, None, "canonical JSON of the whole arm", _JSON),

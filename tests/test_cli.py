@@ -75,6 +75,8 @@ BAD_SPECS = {
     "bad-cpulist": ("name: x\nslots: {cpus: '0-'}\narms: [{name: a, engine: synthetic}]\n", "slots.cpus"),
     "cpu-absent": ("name: x\nslots: {cpus: '4000'}\narms: [{name: a, engine: synthetic}]\n", "4000"),
     "top-list": ("- a\n- b\n", "mapping"),
+    "unknown-patch": ("name: x\narms:\n  - {name: a, engine: vllm, model: m, patches: [speedup]}\n", "explicit_kv_cache_memory"),
+    "unknown-quantization": ("name: x\narms:\n  - {name: a, engine: vllm, model: m, quantization: int3}\n", "cpu_int4"),
 }
 
 

@@ -43,7 +43,7 @@ arms:
   - name: big
     engine: synthetic
     threads: 2
-    patches: [fix-a, fix-b]
+    patches: [explicit_kv_cache_memory, release_memory_after_load]
     params: {mem_mb: 256, procs: 2}
 """
 
@@ -79,7 +79,7 @@ def test_good_yaml_loads(tmp_path):
     small, big = sweep.arms
     assert small.env == {"OMP_NUM_THREADS": "4"}  # YAML's int, as an env var's text
     assert small.params["mem_mb"] == 64.0 and small.params["procs"] == 1  # defaults stored
-    assert big.patches == ["fix-a", "fix-b"] and small.patches == "none"
+    assert big.patches == ["explicit_kv_cache_memory", "release_memory_after_load"] and small.patches == "none"
     params = big.engine_params()
     assert isinstance(params, SyntheticParams) and (params.mem_mb, params.procs) == (256.0, 2)
 

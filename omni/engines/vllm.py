@@ -13,17 +13,37 @@ runner's binding check proves it for main, EngineCore and Worker.
 
 from __future__ import annotations
 
+import json
 import os
 import time
+from pathlib import Path
 
 from omni.engines.common import rates, token_prompts
 from omni.engines.protocol import log, mark_phase, serve
+from omni.vllm_plugin.names import REPORT_VAR, SELECT_VAR
 
 
 def bind_threads(arm: dict) -> None:
     cpus = arm["slot"]["cpus"][: arm["threads_effective"]]
     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", ",".join(map(str, cpus)))
     os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
+
+
+def select_patches(arm: dict) -> Path:
+    """Tell omni's plugin, in every vLLM process, which patches to apply and
+    where to report (the plugin reads these at vLLM's plugin-loading time)."""
+    patches = arm.get("patches") or "none"
+    os.environ[SELECT_VAR] = patches if isinstance(patches, str) else ",".join(patches)
+    report = Path(arm["workdir"]) / "patches.jsonl"
+    os.environ[REPORT_VAR] = str(report)
+    return report
+
+
+def read_patch_report(path: Path) -> list[dict]:
+    try:
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    except OSError:
+        return []
 
 
 def engine_kwargs(arm: dict) -> dict:
@@ -40,6 +60,8 @@ def engine_kwargs(arm: dict) -> dict:
         "seed": 0,
         "skip_tokenizer_init": False,
     }
+    if arm.get("quantization"):
+        kwargs["quantization"] = arm["quantization"]
     if arm.get("kv_cache_bytes"):
         kwargs["kv_cache_memory_bytes"] = arm["kv_cache_bytes"]
     return kwargs
@@ -73,6 +95,7 @@ def timed_generate(llm, prompts, max_tokens: int) -> float:
 
 def run(arm: dict) -> dict:
     bind_threads(arm)
+    report_path = select_patches(arm)
     mark_phase("load")
     t0 = time.perf_counter()
     import torch
@@ -95,6 +118,7 @@ def run(arm: dict) -> dict:
     metrics = rates(batch, prompt_len, max_tokens, ttft, e2e) | {"load_s": load_s, "kv_cache_bytes_effective": kv_effective}
     return {
         "metrics": metrics,
+        "patch_report": read_patch_report(report_path),
         "config": {**kv_config, "omp_threads_bind": os.environ.get("VLLM_CPU_OMP_THREADS_BIND"),
                    "enforce_eager": engine_kwargs(arm)["enforce_eager"], "max_model_len": engine_kwargs(arm)["max_model_len"]},
         "provenance": {"engine_version": f"vllm {vllm.__version__}", "torch_version": torch.__version__,

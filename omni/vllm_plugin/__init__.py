@@ -1,0 +1,10 @@
+"""omni's vLLM plugin: runtime patches for real CPU bugs, through vLLM's own
+extension points (the ``vllm.general_plugins`` entry point runs ``register``
+in every vLLM process: main, EngineCore, Worker). vLLM itself stays stock.
+"""
+
+
+def register() -> None:
+    from omni.vllm_plugin.patch import apply_from_env
+
+    apply_from_env()

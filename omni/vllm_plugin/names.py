@@ -1,0 +1,8 @@
+"""What the plugin offers, importable without vLLM (the spec validates against it)."""
+
+PATCHES = ("aot_compile_cache_load", "explicit_kv_cache_memory", "release_memory_after_load")
+QUANTIZATIONS = ("cpu_int4",)
+
+# How the engine tells every vLLM process what to apply and where to report.
+SELECT_VAR = "OMNI_VLLM_PATCHES"  # "all", "none" or "a,b"
+REPORT_VAR = "OMNI_PATCH_REPORT"  # file each process appends one JSON line to
