@@ -19,5 +19,6 @@ sweep: engines
 test: engines
 	.venv/bin/python -m pytest
 
-bench: bootstrap
+bench: engines
 	.venv/bin/python benchmarks/sampler_overhead.py
+	.venv/bin/python benchmarks/vllm_vs_bench_latency.py
