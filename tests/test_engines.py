@@ -80,7 +80,8 @@ def test_gguf_holds_the_same_model_as_the_hf_checkpoint(tmp_path):
 
 def write_spec(tmp_path: Path, arms: list[dict]) -> Path:
     path = tmp_path / "spec.yaml"
-    path.write_text(yaml.safe_dump({"name": "bad", "passes": 1, "timeout_s": 300, "busy_threshold_pct": 100, "arms": arms}))
+    spec = {"name": "bad", "passes": 1, "timeout_s": 600, "busy_threshold_pct": 100, "arms": arms}
+    path.write_text(yaml.safe_dump(json.loads(json.dumps(spec))))  # no shared objects: no YAML anchors
     return path
 
 

@@ -1,0 +1,104 @@
+"""omni's vLLM plugin: each patch fails its test with the patch off and
+passes with it on, on the tiny model in the real vLLM env."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from omni.sweep import prepare_sweep, run_and_store
+from omni.vllm_plugin import names
+from omni.vllm_plugin.patch import REGISTRY, apply_patch, selected
+from tests.test_engines import VLLM_PY, write_spec
+
+GiB, MiB = 1 << 30, 1 << 20
+VLLM_ARM = {"engine": "vllm", "model": "tiny-llama", "compile_mode": "eager", "context_len": 192,
+            "prompt_len": 64, "max_tokens": 8, "batch_size": 2, "kv_cache_bytes": 256 * MiB}  # fmt: skip
+
+
+def test_registry_matches_the_names_the_spec_accepts():
+    assert tuple(REGISTRY) == names.PATCHES
+
+
+def test_selection():
+    assert selected("all") == list(names.PATCHES)
+    assert selected("none") == selected(None) == []
+    assert selected("explicit_kv_cache_memory,aot_compile_cache_load") == ["explicit_kv_cache_memory", "aot_compile_cache_load"]
+
+
+def test_a_patch_whose_symbols_are_gone_fails_with_its_reason_and_nothing_breaks():
+    # the orchestrator env has no vLLM at all: the same as a symbol gone after an upgrade
+    status, detail = apply_patch("explicit_kv_cache_memory")
+    assert status == "failed" and "vllm" in detail
+    assert apply_patch("explicit_kv_cache_memory") == (status, detail)  # idempotent
+
+
+@pytest.mark.engines
+def test_every_patch_detects_its_bug_in_vllm_0_32_and_applies_once():
+    script = (
+        "import json\n"
+        "from omni.vllm_plugin.patch import apply_patch, REGISTRY\n"
+        "first = {n: apply_patch(n) for n in REGISTRY}\n"
+        "again = {n: apply_patch(n) for n in REGISTRY}\n"
+        "print(json.dumps([first, again]))\n"
+    )
+    done = subprocess.run([str(VLLM_PY), "-c", script], capture_output=True, text=True, check=True)
+    first, again = json.loads(done.stdout.strip().splitlines()[-1])
+    assert {name: status for name, (status, _) in first.items()} == {name: "applied" for name in names.PATCHES}
+    assert first == again
+
+
+def run_arms(tmp_path, arms: list[dict]) -> dict[str, dict]:
+    prepared = prepare_sweep(write_spec(tmp_path, arms), results=tmp_path / "results")
+    return {item.arm.name: run_and_store(prepared.context, item) for item in prepared.items}
+
+
+def report_of(row: dict) -> list[dict]:
+    report = row["patch_report"]
+    return json.loads(report) if isinstance(report, str) else report
+
+
+def statuses(row: dict, patch: str) -> set[str]:
+    return {proc["patches"][patch]["status"] for proc in report_of(row) if patch in proc["patches"]}
+
+
+@pytest.mark.engines
+@pytest.mark.timeout(600)
+def test_explicit_kv_budget_wins_over_the_env_var_only_with_the_patch(tmp_path):
+    env = {"VLLM_CPU_KVCACHE_SPACE": "1"}  # 1 GiB: the legacy variable a shared host may export
+    rows = run_arms(tmp_path, [
+        {**VLLM_ARM, "name": "stock", "env": env},
+        {**VLLM_ARM, "name": "patched", "env": env, "patches": ["explicit_kv_cache_memory"]},
+    ])  # fmt: skip
+    assert rows["stock"]["status"] == rows["patched"]["status"] == "ok"
+    assert rows["stock"]["kv_cache_bytes_effective"] == 1 * GiB, "the bug: the arm's 256 MiB silently lost"
+    assert rows["patched"]["kv_cache_bytes_effective"] == 256 * MiB
+    assert statuses(rows["patched"], "explicit_kv_cache_memory") == {"applied"}
+    assert len(report_of(rows["patched"])) >= 3, "main, EngineCore and Worker each report"
+
+
+def engine_log(tmp_path, name: str) -> str:
+    logs = list((tmp_path / name / "results" / "logs").glob("sweep=*/*/engine.log"))
+    return logs[0].read_text()
+
+
+@pytest.mark.engines
+@pytest.mark.timeout(900)
+def test_warm_compiled_start_loads_its_aot_artifact_only_with_the_patch(tmp_path):
+    """A compiled cold start writes the AOT artifact; a warm start without the
+    patch fails to load it (finalize_loading on a plain function) and
+    recompiles; with the patch it loads it directly and compiles nothing."""
+    compiled = {**VLLM_ARM, "compile_mode": "compiled", "env": {"VLLM_CACHE_ROOT": str(tmp_path / "vllm-cache")}}
+    rows = {}
+    for name, patches in (("cold", "none"), ("stock", "none"), ("patched", ["aot_compile_cache_load"])):
+        (tmp_path / name).mkdir()
+        rows.update(run_arms(tmp_path / name, [{**compiled, "name": name, "patches": patches}]))
+        assert rows[name]["status"] == "ok", rows[name]["error"]
+    stock, patched = engine_log(tmp_path, "stock"), engine_log(tmp_path, "patched")
+    assert "Compiling model again due to a load failure" in stock and "finalize_loading" in stock
+    assert "Directly load AOT compilation" in patched
+    assert "Compiling model again" not in patched
+    assert statuses(rows["patched"], "aot_compile_cache_load") == {"applied"}
+    assert rows["patched"]["load_s"] < rows["stock"]["load_s"]
