@@ -22,3 +22,4 @@ test: engines
 bench: engines
 	.venv/bin/python benchmarks/sampler_overhead.py
 	.venv/bin/python benchmarks/vllm_vs_bench_latency.py
+	.venv/bin/python benchmarks/vllm_patches.py

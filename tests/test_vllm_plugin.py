@@ -102,3 +102,18 @@ def test_warm_compiled_start_loads_its_aot_artifact_only_with_the_patch(tmp_path
     assert "Compiling model again" not in patched
     assert statuses(rows["patched"], "aot_compile_cache_load") == {"applied"}
     assert rows["patched"]["load_s"] < rows["stock"]["load_s"]
+
+
+def test_when_imported_patches_a_module_only_once_it_loads():
+    import sys
+
+    from omni.vllm_plugin.patch import when_imported
+
+    sys.modules.pop("tests.late_module", None)
+    seen = []
+    assert when_imported("tests.late_module", lambda module: seen.append(module.VALUE)) is False
+    assert seen == []
+    import tests.late_module  # noqa: F401
+
+    assert seen == [1]
+    assert when_imported("tests.late_module", lambda module: seen.append(2)) is True and seen == [1, 2]
