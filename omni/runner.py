@@ -263,6 +263,13 @@ def fill_outcome(row: dict, proc: EngineProcess, finished_in_time: bool, timeout
     result = read_result(workdir / "result.json")
     if not finished_in_time:
         row.update(status="timeout", error=f"no result within timeout_s={timeout_s:g}; killed the run's processes")
+    elif proc.proc.returncode != 0 and result is not None and "done" in proc.sampler.phase_names():
+        # The measurement finished and was written; the crash came in teardown
+        # (vLLM 0.32 sometimes aborts at exit: "terminate called without an
+        # active exception"). The numbers stand; the row says what happened.
+        row["status"] = "ok"
+        fill_metrics(row, proc, result)
+        warn(row, "teardown_crash", f"{describe_exit(proc.proc.returncode)} after writing its result: {failure_reason(list(proc.reader.tail))}")
     elif proc.proc.returncode != 0:
         reason = failure_reason(list(proc.reader.tail))
         row.update(status="failed", error=f"{describe_exit(proc.proc.returncode)}: {reason}".rstrip(": "))
@@ -270,10 +277,14 @@ def fill_outcome(row: dict, proc: EngineProcess, finished_in_time: bool, timeout
         row.update(status="failed", error=f"engine exited 0 but wrote no valid JSON to {workdir / 'result.json'}")
     else:
         row["status"] = "ok"
-        row.update({k: v for k, v in result.get("metrics", {}).items() if k in ENGINE_METRICS})
-        row.update(summarize(proc.sampler))
-        row["patch_report"] = result.get("patch_report")
-        merge_engine_provenance(row, result.get("provenance", {}))
+        fill_metrics(row, proc, result)
+
+
+def fill_metrics(row: dict, proc: EngineProcess, result: dict) -> None:
+    row.update({k: v for k, v in result.get("metrics", {}).items() if k in ENGINE_METRICS})
+    row.update(summarize(proc.sampler))
+    row["patch_report"] = result.get("patch_report")
+    merge_engine_provenance(row, result.get("provenance", {}))
 
 
 def fill_binding(row: dict, proc: EngineProcess, item: PlanItem, method: str) -> None:

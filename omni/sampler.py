@@ -208,6 +208,9 @@ class TreeSampler:
         self._phase = phase
         self._tree_due = self._pss_due = True
 
+    def phase_names(self) -> list[str]:
+        return [phase for _, phase in self.phase_marks]
+
     def tree_pids(self) -> set[int]:
         return set(self._pids)
 

@@ -213,6 +213,7 @@ class SyntheticParams(_SpecModel):
     hang: bool = False  # hang forever after load
     exit_code: int = Field(0, ge=0, le=255)  # non-zero: write nothing, exit with it
     daemonize: bool = False  # leave a setsid'ed daemon grandchild behind
+    abort_at_exit: bool = False  # abort in teardown, after the result is written
 
 
 class VllmParams(_SpecModel):
@@ -222,6 +223,9 @@ class VllmParams(_SpecModel):
     prefix_caching: bool = False  # on, a repeated prompt's prefill would be a cache hit
     warmup: int = Field(1, ge=0, le=10)  # untimed generations before the timed ones
     hold_s: float = Field(0.5, ge=0)  # seconds held in steady state for the memory sampler
+    int4_group_size: Literal[32, 64, 128] = 128  # quantization: cpu_int4 only
+    # False keeps the output head (lm_head) in bf16: the W4 setup once retracted for it
+    int4_lm_head: bool = True
 
 
 class LlamacppParams(_SpecModel):

@@ -124,3 +124,10 @@ def test_failure_reason_names_the_root_cause():
             "UserWarning: resource_tracker: leaked"]  # fmt: skip
     assert failure_reason(tail) == "ValueError: No available memory for the cache blocks. ... RuntimeError: Engine core initialization failed."
     assert failure_reason(["plain last words"]) == "plain last words"
+
+
+def test_crash_in_teardown_after_the_result_keeps_the_numbers_with_a_warning(tmp_path):
+    row = run_all(tmp_path, [synthetic("late", abort_at_exit=True)])["late"]
+    assert row["status"] == "ok" and row["exit_code"] == -6
+    assert row["decode_tok_s"] > 0
+    assert "teardown_crash" in row["warning_rules"] and "SIGABRT" in " ".join(row["warnings"])

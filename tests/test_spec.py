@@ -200,6 +200,12 @@ def test_repo_arms_files_load(name):
     assert len(sweep.arms) == 2 and all(a.engine == "synthetic" for a in sweep.arms)
 
 
+@pytest.mark.parametrize("path", sorted((REPO / "arms").glob("*.yaml")), ids=lambda p: p.name)
+def test_every_repo_spec_is_valid_and_named_after_its_file(path):
+    sweep = load_spec(path).sweep
+    assert sweep.name == path.stem and sweep.baseline_arm in {a.name for a in sweep.arms}
+
+
 def test_calibrate_arms_differ_only_by_name():
     a, b = load_spec(REPO / "arms" / "calibrate-synthetic.yaml").sweep.arms
     assert a.model_dump(exclude={"name"}) == b.model_dump(exclude={"name"})

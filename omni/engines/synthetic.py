@@ -10,6 +10,7 @@ measures (memory accounting, CPU contention, noise).
 
 from __future__ import annotations
 
+import atexit
 import mmap
 import os
 import subprocess
@@ -124,6 +125,8 @@ def run(arm: dict) -> dict:
         log(f"exiting with code {params['exit_code']} as asked")
         sys.exit(params["exit_code"])
     daemon_pid = spawn_daemon() if params["daemonize"] else None
+    if params["abort_at_exit"]:
+        atexit.register(os.abort)  # like a C++ runtime dying in teardown
     mark_phase("loaded")
     log(f"loaded {params['mem_mb']} MiB over {procs} processes in {load_s:.3f} s")
     if params["crash"]:

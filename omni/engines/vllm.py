@@ -20,7 +20,7 @@ from pathlib import Path
 
 from omni.engines.common import rates, token_prompts
 from omni.engines.protocol import log, mark_phase, serve
-from omni.vllm_plugin.names import REPORT_VAR, SELECT_VAR
+from omni.vllm_plugin.names import QUANT_VAR, REPORT_VAR, SELECT_VAR
 
 
 def bind_threads(arm: dict) -> None:
@@ -60,8 +60,12 @@ def engine_kwargs(arm: dict) -> dict:
         "seed": 0,
         "skip_tokenizer_init": False,
     }
-    if arm.get("quantization"):
-        kwargs["quantization"] = arm["quantization"]
+    if arm.get("quantization") == "cpu_int4":
+        os.environ[QUANT_VAR] = "cpu_int4"  # the plugin registers it in every process
+        kwargs["quantization"] = "cpu_int4"
+        kwargs["hf_overrides"] = {"quantization_config": {
+            "quant_method": "cpu_int4", "group_size": params["int4_group_size"],
+            "lm_head_bf16": not params["int4_lm_head"]}}  # fmt: skip
     if arm.get("kv_cache_bytes"):
         kwargs["kv_cache_memory_bytes"] = arm["kv_cache_bytes"]
     return kwargs

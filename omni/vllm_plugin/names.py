@@ -6,3 +6,4 @@ QUANTIZATIONS = ("cpu_int4",)
 # How the engine tells every vLLM process what to apply and where to report.
 SELECT_VAR = "OMNI_VLLM_PATCHES"  # "all", "none" or "a,b"
 REPORT_VAR = "OMNI_PATCH_REPORT"  # file each process appends one JSON line to
+QUANT_VAR = "OMNI_VLLM_QUANTIZATION"  # set when an arm asks for one of QUANTIZATIONS

@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from omni.vllm_plugin.names import PATCHES, REPORT_VAR, SELECT_VAR  # noqa: F401 - PATCHES: the spec's list
+from omni.vllm_plugin.names import PATCHES, QUANT_VAR, REPORT_VAR, SELECT_VAR  # noqa: F401 - PATCHES: the spec's list
 
 MARK = "_omni_patched"
 
@@ -238,6 +238,12 @@ def _process_name() -> str:
             return f.read().strip()
     except OSError:
         return os.path.basename(sys.argv[0])
+
+
+def register_quantization() -> None:
+    """Register ``cpu_int4`` when an arm asks for it (the import costs memory)."""
+    if os.environ.get(QUANT_VAR) == "cpu_int4":
+        import omni.vllm_plugin.cpu_int4  # noqa: F401 - registers on import
 
 
 def apply_from_env() -> dict[str, tuple[str, str]]:
