@@ -98,6 +98,8 @@ def sweep(
     if dry_run:
         print_plan(prepared, results)
         return
+    # benchmark hosts are often offline: Prefect's temporary server must not phone home
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     from flows.sweep import sweep as sweep_flow
 
     with session_guard():
