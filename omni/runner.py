@@ -16,7 +16,6 @@ import re
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -24,7 +23,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from omni.engines.protocol import PHASE_PREFIX
-from omni.errors import OmniError
 from omni.placement import measure_busy, explain_busy, numactl_path, pin_argv, verify_binding
 from omni.provenance import merge_engine_provenance
 from omni.reaper import RUN_ID_VAR, Watchdog, reap_run
