@@ -191,6 +191,8 @@ def allocate_slots(
     if not slots:
         biggest = max((len(physical_cores(topo, n.cpus)) for n in candidates), default=0)
         where = f"node {node}" if node is not None else "any node"
+        if biggest == 0:
+            raise OmniError(f"{where} has no online CPUs (a memory-only node?); pick a node with CPUs")
         raise OmniError(
             f"slots.cores={cores} does not fit: {where} has at most {biggest} physical "
             "core(s) with CPUs; ask for fewer cores per slot"
