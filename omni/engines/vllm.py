@@ -106,7 +106,8 @@ def run(arm: dict) -> dict:
     import vllm
     from vllm import LLM
 
-    llm = LLM(**engine_kwargs(arm))
+    kwargs = engine_kwargs(arm)
+    llm = LLM(**kwargs)
     load_s = time.perf_counter() - t0
     mark_phase("loaded")
     kv_effective, kv_config = kv_cache_bytes(llm)
@@ -124,7 +125,7 @@ def run(arm: dict) -> dict:
         "metrics": metrics,
         "patch_report": read_patch_report(report_path),
         "config": {**kv_config, "omp_threads_bind": os.environ.get("VLLM_CPU_OMP_THREADS_BIND"),
-                   "enforce_eager": engine_kwargs(arm)["enforce_eager"], "max_model_len": engine_kwargs(arm)["max_model_len"]},
+                   "enforce_eager": kwargs["enforce_eager"], "max_model_len": kwargs["max_model_len"]},
         "provenance": {"engine_version": f"vllm {vllm.__version__}", "torch_version": torch.__version__,
                        "engine_commit": getattr(vllm, "__commit__", None)},
     }  # fmt: skip
