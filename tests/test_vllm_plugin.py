@@ -11,7 +11,7 @@ import pytest
 
 from omni.sweep import prepare_sweep, run_and_store
 from omni.vllm_plugin import names
-from omni.vllm_plugin.patch import REGISTRY, apply_patch, selected
+from omni.vllm_plugin.patch import REGISTRY, RETAINING_MALLOC, apply_patch, selected
 from tests.test_engines import TINY, VLLM_PY, write_spec
 
 GiB, MiB = 1 << 30, 1 << 20
@@ -103,6 +103,25 @@ def test_warm_compiled_start_loads_its_aot_artifact_only_with_the_patch(tmp_path
     assert "Compiling model again" not in patched
     assert statuses(rows["patched"], "aot_compile_cache_load") == {"applied"}
     assert rows["patched"]["load_s"] < rows["stock"]["load_s"]
+
+
+
+
+@pytest.mark.engines
+@pytest.mark.timeout(600)
+def test_memory_freed_while_loading_goes_back_to_the_os_only_with_the_patch(tmp_path):
+    """cpu_int4 frees its bf16 temporaries while loading. Measured (tiny-llama,
+    groups of 32): RssAnon after load 1751.6 MB stock vs 1603.9 MB patched,
+    -148 MB; the bf16 arm, which frees little, 1617.9 vs 1617.3."""
+    int4 = {**VLLM_ARM, "quantization": "cpu_int4", "params": {"int4_group_size": 32}, "env": RETAINING_MALLOC}
+    rows = run_arms(tmp_path, [
+        {**int4, "name": "stock"},
+        {**int4, "name": "patched", "patches": ["release_memory_after_load"]},
+    ])  # fmt: skip
+    assert rows["stock"]["status"] == rows["patched"]["status"] == "ok"
+    released = rows["stock"]["rss_anon_after_load_mb"] - rows["patched"]["rss_anon_after_load_mb"]
+    assert released >= 50, f"RssAnon after load only {released:.1f} MB lower with the patch"
+    assert statuses(rows["patched"], "release_memory_after_load") == {"applied"}
 
 
 def test_when_imported_patches_a_module_only_once_it_loads():
