@@ -1,44 +1,94 @@
-"""Prefect flow ``sweep``: a thin recipe over omni's plain functions."""
+"""Prefect flow ``sweep``: a thin recipe over omni's plain functions.
+
+Runs go to the sweep's slots concurrently (one run per slot, plan order,
+:func:`omni.schedule.dispatch`) as tasks on Prefect's thread-pool runner. A
+flow run in which any run did not end ``ok`` ends Failed, with what failed in
+its message; its good rows are stored all the same.
+"""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from prefect import flow, get_run_logger, task
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NONE
 from prefect.runtime import flow_run
+from prefect.states import Completed, Failed
 
 from omni.runner import PlanItem, RunContext
-from omni.sweep import format_table, prepare_sweep, run_and_store, sweep_table
+from omni.schedule import dispatch
+from omni.sweep import format_table, prepare_sweep, run_and_store, sweep_table, write_manifest
+
+OUTCOME_KEYS = ("run_id", "arm", "pass_index", "slot_index", "status", "error")
 
 
-@task(name="run-arm", cache_policy=NONE, task_run_name="{item.arm.name}-pass{item.pass_index}")
+@task(name="run-arm", cache_policy=NONE, task_run_name="{item.arm.name}-pass{item.pass_index}-slot{item.slot.index}")
 def run_arm_task(context: RunContext, item: PlanItem) -> dict:
     """Run one (arm, pass) and store its row; a bad run is a row, not an exception."""
     row = run_and_store(context, item, {"prefect_flow_run_id": flow_run.get_id()})
     log = get_run_logger()
-    message = f"{item.arm.name} pass {item.pass_index}: {row['status']}"
+    message = f"{item.arm.name} pass {item.pass_index} on {item.slot.describe()}: {row['status']}"
     if row["status"] != "ok":
         log.warning("%s: %s", message, row.get("error"))
     else:
         log.info("%s, decode %.1f tok/s", message, row.get("decode_tok_s") or float("nan"))
-    return {k: row.get(k) for k in ("run_id", "arm", "pass_index", "status", "error")}
+    return {k: row.get(k) for k in OUTCOME_KEYS}
+
+
+def _outcome(future, item: PlanItem) -> dict:
+    """A task that raised (say, the results disk is full) is a failed outcome too."""
+    try:
+        return future.result()
+    except Exception as error:  # noqa: BLE001 - reported, and the flow ends Failed
+        return {"run_id": item.run_id, "arm": item.arm.name, "pass_index": item.pass_index,
+                "slot_index": item.slot.index, "status": "error", "error": f"{type(error).__name__}: {error}"}  # fmt: skip
+
+
+def failure_summary(failed: list[dict], total: int) -> str:
+    lines = [f"{len(failed)} of {total} run(s) did not end ok:"]
+    lines += [f"- {o['arm']} pass {o['pass_index']} ({o['run_id']}): {o['status']}: {o['error']}" for o in failed]
+    return "\n".join(lines)
+
+
+def publish_artifacts(sweep_id: str, results: str, outcomes: list[dict], table: str, failed: list[dict]) -> None:
+    key = "".join(c if c.isalnum() else "-" for c in sweep_id.lower())
+    rows_dir = Path(results).resolve() / "runs" / f"sweep={sweep_id}"
+    text = [f"# sweep {sweep_id}", "", f"{len(outcomes)} run(s), {len(failed)} not ok; rows in `{rows_dir}`", ""]
+    if failed:
+        text += [failure_summary(failed, len(outcomes)), ""]
+    text += ["```", table, "```"]
+    create_markdown_artifact("\n".join(text), key=f"summary-{key}", description=f"per-arm table of {sweep_id}")
+    create_table_artifact(outcomes, key=f"runs-{key}", description=f"every run of {sweep_id}")
 
 
 @flow(name="sweep", log_prints=False)
 def sweep(
-    spec: str,
+    spec: str | None = None,
     passes: int | None = None,
     results: str = "results",
     force: bool = False,
     sweep_id: str | None = None,
-) -> dict:
-    """Load the spec, plan it, run every (arm, pass) in order, tabulate."""
-    prepared = prepare_sweep(spec, passes=passes, results=results, force=force, sweep_id=sweep_id)
-    outcomes = [run_arm_task(prepared.context, item) for item in prepared.items]
+    resume: str | None = None,
+):
+    """Load the spec, plan it, run every (arm, pass) on the free slots, tabulate.
+
+    ``resume`` (a sweep id) runs only that sweep's runs that are not stored yet.
+    """
+    prepared = prepare_sweep(spec, passes=passes, results=results, force=force, sweep_id=sweep_id, resume=resume)
+    log = get_run_logger()
+    write_manifest(prepared)
+    log.info(
+        "sweep %s: %d of %d run(s) to go on %d slot(s): %s", prepared.sweep_id, len(prepared.items),
+        prepared.planned, len(prepared.slots), "; ".join(s.describe() for s in prepared.slots),
+    )  # fmt: skip
+    submitted = dispatch(prepared.items, prepared.slots, lambda item: run_arm_task.submit(prepared.context, item))
+    outcomes = [_outcome(future, item) for item, future in submitted]
+    failed = [o for o in outcomes if o["status"] != "ok"]
     table = format_table(sweep_table(results, prepared.sweep_id))
-    get_run_logger().info("sweep %s\n%s", prepared.sweep_id, table)
-    return {
-        "sweep_id": prepared.sweep_id,
-        "runs": outcomes,
-        "failed": [o for o in outcomes if o["status"] != "ok"],
-        "table": table,
-    }
+    log.info("sweep %s\n%s", prepared.sweep_id, table)
+    publish_artifacts(prepared.sweep_id, results, outcomes, table, failed)
+    summary = {"sweep_id": prepared.sweep_id, "runs": outcomes, "failed": failed, "table": table}
+    if failed:
+        return Failed(message=failure_summary(failed, len(outcomes)), data=summary)
+    return Completed(message=f"{len(outcomes)} run(s) ok", data=summary)

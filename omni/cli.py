@@ -14,6 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from omni.errors import OmniError
+from omni.topology import format_cpulist
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="NUMA-pinned benchmark sweeps of CPU LLM inference.")
 out = Console()
@@ -42,12 +43,23 @@ def validate(spec: Path = typer.Argument(..., help="sweep spec, YAML or JSON")) 
 def print_plan(prepared, results: Path) -> None:
     from omni.plan import describe_plan
 
-    plan = describe_plan(prepared.items, Path(results).resolve(), prepared.context.resources)
-    out.print(f"sweep {prepared.sweep_id}: {len(plan)} run(s), nothing launched (--dry-run)")
+    ctx = prepared.context
+    plan = describe_plan(prepared.items, prepared.slots, Path(results).resolve(), ctx.resources, ctx.simulate_placement)
+    left = "" if len(plan) == prepared.planned else f" (of {prepared.planned}; the rest are stored)"
+    out.print(
+        f"sweep {prepared.sweep_id}: {len(plan)} run(s){left} on {len(prepared.slots)} slot(s) at once, "
+        "nothing launched (--dry-run)",
+        highlight=False,
+    )
+    for slot in prepared.slots:
+        out.print(f"  {slot.describe()}", highlight=False)
+    if ctx.simulate_placement:
+        out.print("  (topology from a sysfs fixture: placement is planned, not applied)", highlight=False)
     for p in plan:
         out.print(
-            f"[bold]#{p['order']}[/] pass {p['pass']} arm {p['arm']} run {p['run_id']} "
-            f"node {p['node']} cpus {p['cpus']} membind {p['membind']} via {p['method']}",
+            f"[bold]#{p['order']}[/] wave {p['wave']} slot {p['slot']} pass {p['pass']} arm {p['arm']} "
+            f"run {p['run_id']} node {p['node']} cpus {format_cpulist(p['cpus'])} "
+            f"membind {format_cpulist(p['membind'])} via {p['method']}",
             highlight=False,
         )
         if p["problem"]:
@@ -85,25 +97,35 @@ def watch_progress(results: Path, sweep_id: str, total: int, done: threading.Eve
 
 @app.command()
 def sweep(
-    spec: Path = typer.Argument(..., help="sweep spec, YAML or JSON"),
+    spec: Optional[Path] = typer.Argument(None, help="sweep spec, YAML or JSON (optional with --resume)"),
     passes: Optional[int] = typer.Option(None, min=1, help="override the spec's passes"),
     results: Path = typer.Option(Path("results"), help="results directory"),
+    resume: Optional[str] = typer.Option(None, help="SWEEP_ID: run only that sweep's runs not stored yet"),
     dry_run: bool = typer.Option(False, "--dry-run", help="print the plan (commands, placements) and run nothing"),
     force: bool = typer.Option(False, "--force", help="run even when the slot's cores are busy (recorded)"),
+    sysfs_root: Path = typer.Option(
+        Path("/"), help="read the topology under this root (a fixture of another host): placement planned, not applied"
+    ),
 ) -> None:
     """Run a sweep locally (Prefect ephemeral mode, no server needed)."""
     from omni.sweep import prepare_sweep
 
-    prepared = prepare_sweep(spec, passes=passes, results=results, force=force, build=not dry_run)
+    prepared = prepare_sweep(
+        spec, passes=passes, results=results, force=force, resume=resume, sysfs_root=sysfs_root, build=not dry_run
+    )
     if dry_run:
         print_plan(prepared, results)
+        return
+    if not prepared.items:
+        out.print(f"sweep {prepared.sweep_id}: all {prepared.planned} run(s) are stored; nothing to resume")
+        print_arm_table(prepared.sweep_id, results)
         return
     # benchmark hosts are often offline: Prefect's temporary server must not phone home
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     from flows.sweep import sweep as sweep_flow
 
     with session_guard():
-        run_sweep_flow(sweep_flow, prepared, spec, passes, results, force)
+        run_sweep_flow(sweep_flow, prepared, spec, resume, passes, results, force)
 
 
 def session_guard():
@@ -120,25 +142,70 @@ def session_guard():
     return Watchdog(os.environ[SESSION_VAR], var=SESSION_VAR)
 
 
-def run_sweep_flow(sweep_flow, prepared, spec: Path, passes, results: Path, force: bool) -> None:
+def run_sweep_flow(sweep_flow, prepared, spec, resume, passes, results: Path, force: bool) -> None:
     done = threading.Event()
     watcher = threading.Thread(
-        target=watch_progress, args=(results, prepared.sweep_id, len(prepared.items), done), daemon=True
+        target=watch_progress, args=(results, prepared.sweep_id, prepared.planned, done), daemon=True
     )
     watcher.start()
     try:
-        summary = sweep_flow(
-            spec=str(spec), passes=passes, results=str(results), force=force, sweep_id=prepared.sweep_id
-        )
+        state = sweep_flow(
+            spec=str(spec) if spec else None, passes=passes, results=str(results), force=force,
+            sweep_id=prepared.sweep_id, resume=resume, return_state=True,
+        )  # fmt: skip
     finally:
         done.set()
         watcher.join()
+    summary = state.result(raise_on_failure=False)
+    if not isinstance(summary, dict):  # the flow itself broke: its exception
+        raise summary if isinstance(summary, BaseException) else OmniError(f"sweep flow ended {state.type}: {state.message}")
     print_arm_table(summary["sweep_id"], results)
     out.print(f"rows in {Path(results) / 'runs' / ('sweep=' + summary['sweep_id'])}")
     for failed in summary["failed"]:
         err.print(f"run {failed['run_id']} ({failed['arm']}) {failed['status']}: {failed['error']}", markup=False)
     if summary["failed"]:
         raise typer.Exit(EXIT_RUNS_FAILED)
+
+
+@app.command()
+def topology(
+    sysfs_root: Path = typer.Option(Path("/"), help="read sysfs under this root (a fixture of another host)"),
+    window: float = typer.Option(0.5, min=0.05, help="seconds over which current load is measured"),
+) -> None:
+    """NUMA nodes, their CPUs, SMT siblings, memory, offline CPUs and current load."""
+    from omni.placement import cpu_load
+    from omni.topology import physical_cores, read_topology
+
+    topo = read_topology(sysfs_root)
+    load = cpu_load(window) if sysfs_root.resolve() == Path("/") else {}
+    out.print(
+        f"CPUs present {format_cpulist(topo.present)}, online {format_cpulist(topo.online)}, "
+        f"offline {format_cpulist(topo.offline) or 'none'}",
+        highlight=False,
+    )
+    for node in topo.nodes.values():
+        cores = physical_cores(topo, node.cpus)
+        smt = sorted({len(topo.siblings.get(c, (c,))) for c in node.cpus}) or [0]
+        mem = f"{node.mem_total_kb / 2**20:.1f} GiB" if node.mem_total_kb else "unknown"
+        busy = [load[c] for c in node.cpus if c in load]
+        busy_text = f", load mean {sum(busy) / len(busy):.0f}% max {max(busy):.0f}%" if busy else ""
+        out.print(
+            f"node {node.id}: cpus {format_cpulist(node.cpus) or '-'} ({len(cores)} cores, "
+            f"{'x'.join(map(str, smt))} threads/core), memory {mem}{busy_text}",
+            highlight=False,
+        )
+    if load:
+        hot = sorted(((pct, cpu) for cpu, pct in load.items() if pct >= 5), reverse=True)[:16]
+        out.print("busy CPUs: " + (", ".join(f"cpu{c} {p:.0f}%" for p, c in hot) or "none >= 5%"), highlight=False)
+
+
+@app.command()
+def serve() -> None:
+    """Serve the sweep/manual and sweep/nightly deployments from this process
+    (no work pool or worker needed; a Prefect server must be reachable)."""
+    from flows.serve import serve_deployments
+
+    serve_deployments()
 
 
 @app.command()

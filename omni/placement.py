@@ -7,6 +7,7 @@ import shutil
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import psutil
 
@@ -103,6 +104,37 @@ def _top_foreign(cpus: set[int], exclude: set[int], limit: int = 3) -> tuple[str
     return tuple(f"pid {pid} {name} {pct:.0f}%" for pct, pid, name in loads[:limit] if pct >= 5)
 
 
+def cpu_times(proc_root: str | Path = "/proc") -> dict[int, tuple[int, int]]:
+    """``cpuN`` -> (busy, idle) jiffies from ``/proc/stat``, keyed by the CPU's
+    real number (offline CPUs have no line, so list positions would lie)."""
+    times = {}
+    for line in (Path(proc_root) / "stat").read_text().splitlines():
+        name, *fields = line.split()
+        if not name.startswith("cpu") or name == "cpu":
+            continue
+        user, nice, system, idle, iowait, irq, softirq, steal = (list(map(int, fields)) + [0] * 8)[:8]
+        times[int(name[3:])] = (user + nice + system + irq + softirq + steal, idle + iowait)
+    return times
+
+
+def cpu_load(window_s: float = 0.5, proc_root: str | Path = "/proc") -> dict[int, float]:
+    """Per-CPU busy percent over ``window_s``.
+
+    Two snapshots of our own, not ``psutil.cpu_percent``: that one keeps its
+    last snapshot in a module global, so runs on other slots checking their
+    CPUs at the same moment would shorten each other's window.
+    """
+    before = cpu_times(proc_root)
+    time.sleep(window_s)
+    after = cpu_times(proc_root)
+    load = {}
+    for cpu in after.keys() & before.keys():
+        busy = after[cpu][0] - before[cpu][0]
+        total = busy + after[cpu][1] - before[cpu][1]
+        load[cpu] = 100.0 * busy / total if total > 0 else 0.0
+    return load
+
+
 def measure_busy(cpus: list[int], window_s: float = 0.5) -> BusyReport:
     """Per-CPU load on ``cpus`` over ``window_s``, minus what our own tree used.
 
@@ -113,16 +145,14 @@ def measure_busy(cpus: list[int], window_s: float = 0.5) -> BusyReport:
     """
     own = _own_tree()
     before_own = _cpu_seconds(own)
-    psutil.cpu_percent(percpu=True)
     t0 = time.monotonic()
-    time.sleep(window_s)
-    system = psutil.cpu_percent(percpu=True)
+    system = cpu_load(window_s)
     elapsed = time.monotonic() - t0
     after_own = _cpu_seconds(own)
     per_cpu = {}
     for cpu in cpus:
-        if cpu >= len(system):
-            raise OmniError(f"CPU {cpu} is not present on this host (it has {len(system)})")
+        if cpu not in system:
+            raise OmniError(f"CPU {cpu} is not online on this host (online: {format_cpulist(system)})")
         mine = sum(
             after_own[pid][0] - before_own[pid][0]
             for pid in after_own

@@ -17,7 +17,8 @@ from pathlib import Path
 from omni.resources import ArmResources
 from omni.runner import PlanItem, engine_argv, run_workdir
 from omni.spec import LoadedSpec, canonical_arm_json
-from omni.topology import Slot, allocate_slots, parse_cpulist, read_topology
+from omni.errors import OmniError
+from omni.topology import Slot, allocate_slots, read_topology
 
 
 def new_sweep_id(name: str) -> str:
@@ -32,18 +33,29 @@ def run_id_for(sweep_id: str, arm_json: str, pass_index: int) -> str:
 
 
 def sweep_slots(loaded: LoadedSpec, sysfs_root: str | Path = "/") -> list[Slot]:
+    """The spec's slot request cut from this host's topology; errors name the spec."""
     req = loaded.sweep.slots
-    return allocate_slots(
-        read_topology(sysfs_root),
-        cores=req.cores,
-        cpus=parse_cpulist(req.cpus) if req.cpus else None,
-        node=req.node,
-        smt=req.smt,
-    )
+    try:
+        return allocate_slots(
+            read_topology(sysfs_root),
+            cores=req.cores,
+            cpus=req.cpu_lists(),
+            node=req.node,
+            smt=req.smt,
+            straddle=req.straddle,
+            count=req.count,
+        )
+    except OmniError as err:
+        raise OmniError(f"{loaded.path}: {err}") from None
 
 
 def plan_sweep(loaded: LoadedSpec, sweep_id: str, slots: list[Slot], passes: int | None = None) -> list[PlanItem]:
-    """Every (arm, pass) in a seeded interleaved order, placed on a slot."""
+    """Every (arm, pass) in a seeded interleaved order.
+
+    Each item's slot is a prediction (round robin, as if every run took the
+    same time); at run time it gets whichever slot frees first
+    (:func:`omni.schedule.dispatch`), in this order.
+    """
     sweep = loaded.sweep
     rng = random.Random(sweep.seed)
     items: list[PlanItem] = []
@@ -60,21 +72,28 @@ def plan_sweep(loaded: LoadedSpec, sweep_id: str, slots: list[Slot], passes: int
                     arm=arm,
                     pass_index=pass_index,
                     order_index=order,
-                    slot=slots[0],  # runs are sequential; concurrent slots come later
+                    slot=slots[order % len(slots)],
                 )
             )
     return items
 
 
-def describe_plan(items: list[PlanItem], results_dir: Path, resources: dict[str, ArmResources]) -> list[dict]:
-    """The exact command line, placement and environment of every planned run."""
+def describe_plan(
+    items: list[PlanItem], slots: list[Slot], results_dir: Path, resources: dict[str, ArmResources], simulate: bool = False
+) -> list[dict]:
+    """The exact command line, placement and environment of every planned run.
+
+    ``wave``: runs of one wave start together, one per slot, if runs took equal time.
+    """
     rows = []
-    for item in items:
+    for position, item in enumerate(items):
         res = resources[item.arm.name]
-        argv, method = engine_argv(item, run_workdir(results_dir, item), res.python or "<unresolved>")
+        argv, method = engine_argv(item, run_workdir(results_dir, item), res.python or "<unresolved>", simulate)
         rows.append(
             {
                 "order": item.order_index,
+                "wave": position // len(slots),
+                "slot": item.slot.index,
                 "pass": item.pass_index,
                 "arm": item.arm.name,
                 "run_id": item.run_id,

@@ -62,6 +62,9 @@ class RunContext:
     provenance: dict = field(default_factory=dict)
     repo_root: Path = Path(".")
     resources: dict[str, ArmResources] = field(default_factory=dict)
+    # Placement planned from another host's sysfs (a fixture): recorded, not
+    # applied, since this host lacks those CPUs; no busy check, no binding check.
+    simulate_placement: bool = False
 
 
 def engine_arm_payload(item: PlanItem, res: ArmResources, workdir: Path) -> dict:
@@ -75,12 +78,12 @@ def engine_arm_payload(item: PlanItem, res: ArmResources, workdir: Path) -> dict
     return payload
 
 
-def engine_argv(item: PlanItem, workdir: Path, python: str) -> tuple[list[str], str]:
+def engine_argv(item: PlanItem, workdir: Path, python: str, simulate: bool = False) -> tuple[list[str], str]:
     argv = [
         python, "-m", f"omni.engines.{item.arm.engine}",
         "--arm", str(workdir / "arm.json"), "--out", str(workdir / "result.json"),
     ]  # fmt: skip
-    return pin_argv(item.slot, argv, numactl_path())
+    return (argv, "none") if simulate else pin_argv(item.slot, argv, numactl_path())
 
 
 def engine_env(item: PlanItem) -> dict[str, str]:
@@ -308,17 +311,22 @@ def run_arm(ctx: RunContext, item: PlanItem) -> dict:
     if res.error:
         row.update(status="invalid", error=res.error, finished_at=now_utc())
         return row
-    if not check_busy(ctx, item, row):
+    if ctx.simulate_placement:
+        warn(row, "placement_simulated", "placement planned from another host's topology (a sysfs fixture): not applied")
+    elif not check_busy(ctx, item, row):
         row["finished_at"] = now_utc()
         return row
     workdir = run_workdir(ctx.results_dir, item)
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / "arm.json").write_text(json.dumps(engine_arm_payload(item, res, workdir), sort_keys=True))
-    argv, method = engine_argv(item, workdir, res.python)
+    argv, method = engine_argv(item, workdir, res.python, ctx.simulate_placement)
     row["command"] = json.dumps(argv)
     with EngineProcess(argv, engine_env(item), item.run_id, workdir / "engine.log") as proc:
         finished = proc.wait(ctx.timeout_s)
     fill_outcome(row, proc, finished, ctx.timeout_s, workdir)
-    fill_binding(row, proc, item, method)
+    if not ctx.simulate_placement:
+        fill_binding(row, proc, item, method)
+    else:
+        row["binding_method"] = method
     row["finished_at"] = now_utc()
     return row

@@ -326,37 +326,51 @@ def _env_text(value: Any) -> Any:
 
 
 class SlotRequest(_SpecModel):
-    """Where runs may go: a number of physical cores, or an explicit cpulist."""
+    """Where runs go: slots of ``cores`` physical cores, or explicit cpulists.
 
-    cores: int | None = Field(None, ge=1)  # None: all CPUs of the node
-    cpus: str | None = None  # kernel cpulist, e.g. "0-3,8"
+    Slots run at the same time, one run each. ``cpus: "56-79"`` is one slot,
+    ``cpus: ["0-23", "56-79"]`` two; memory binds to the node owning a slot's
+    CPUs, and a slot that spans nodes is refused unless ``straddle: true``.
+    """
+
+    cores: int | None = Field(None, ge=1)  # None: all cores of the node
+    cpus: str | list[str] | None = None  # kernel cpulist(s), e.g. "0-3,8"
     node: int | None = Field(None, ge=0)
-    smt: bool = False
+    smt: bool = False  # add each core's SMT siblings
+    straddle: bool = False  # allow a cpulist across nodes (memory bound to all of them)
+    count: int | None = Field(None, ge=1)  # at most this many slots
 
     @field_validator("cpus")
     @classmethod
-    def _cpulist(cls, value: str | None) -> str | None:
+    def _cpulist(cls, value: str | list[str] | None) -> str | list[str] | None:
         if value is None:
             return value
-        try:
-            cpus = parse_cpulist(value)
-        except OmniError as err:
-            raise _problem(str(err)) from None
-        if not cpus:
-            raise _problem("must name at least one CPU, e.g. '0-3'")
+        if isinstance(value, list) and not value:
+            raise _problem("must name at least one cpulist, e.g. ['0-3', '4-7']")
+        for text in [value] if isinstance(value, str) else value:
+            try:
+                cpus = parse_cpulist(text)
+            except OmniError as err:
+                raise _problem(str(err)) from None
+            if not cpus:
+                raise _problem("must name at least one CPU, e.g. '0-3'")
         return value
 
     @model_validator(mode="after")
     def _cores_or_cpus(self) -> SlotRequest:
+        problems = []
         if self.cores is not None and self.cpus is not None:
-            raise _validation_error(
-                "SlotRequest",
-                [(("cpus",), "give cores or cpus, not both (cores: how many; cpus: which ones)")],
-            )
+            problems.append((("cpus",), "give cores or cpus, not both (cores: how many; cpus: which ones)"))
+        if self.node is not None and self.cpus is not None:
+            problems.append((("node",), "give node or cpus, not both (explicit CPUs already name their node)"))
+        if problems:
+            raise _validation_error("SlotRequest", problems)
         return self
 
-    def cpu_list(self) -> list[int] | None:
-        return parse_cpulist(self.cpus) if self.cpus is not None else None
+    def cpu_lists(self) -> list[list[int]] | None:
+        if self.cpus is None:
+            return None
+        return [parse_cpulist(text) for text in ([self.cpus] if isinstance(self.cpus, str) else self.cpus)]
 
 
 def _axis_fields() -> list[str]:

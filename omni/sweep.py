@@ -6,8 +6,13 @@ Prefect at all.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+import os
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
 from pathlib import Path
+
+from omni.errors import OmniError
 
 from omni.plan import new_sweep_id, plan_sweep, sweep_slots
 from omni.provenance import collect_host_provenance
@@ -15,7 +20,9 @@ from omni.resources import resolve_all
 from omni.runner import PlanItem, RunContext, run_arm
 from omni.spec import LoadedSpec, load_spec
 from omni.stats import ArmTable, describe_arms
-from omni.store import load_runs, write_run
+from omni.schedule import hold_cpus, run_concurrently
+from omni.store import load_runs, stored_run_ids, write_run
+from omni.topology import Slot
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TABLE_METRICS = ("decode_tok_s", "prefill_tok_s", "ttft_ms", "load_s", "rss_anon_tree_mb", "rss_anon_steady_mb")
@@ -26,47 +33,137 @@ class PreparedSweep:
     loaded: LoadedSpec
     sweep_id: str
     context: RunContext
-    items: list[PlanItem]
+    items: list[PlanItem]  # what is left to run: all of it, or on resume the missing runs
+    slots: list[Slot]
+    passes: int
+    planned: int  # runs in the whole plan
+
+
+def manifest_dir(results: Path, sweep_id: str) -> Path:
+    return Path(results) / "sweeps" / sweep_id
+
+
+def read_manifest(results: Path, sweep_id: str) -> dict:
+    path = manifest_dir(results, sweep_id) / "manifest.json"
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        known = sorted(p.name for p in (Path(results) / "sweeps").glob("*") if (p / "manifest.json").exists())
+        raise OmniError(
+            f"cannot resume sweep {sweep_id!r}: no {path} (a sweep writes it when it starts). "
+            f"Sweeps under {results}: {', '.join(known[-5:]) or 'none'}"
+        ) from None
+
+
+def write_manifest(prepared: PreparedSweep) -> Path:
+    """What resume needs, written once when the sweep starts: the spec's own
+    bytes (the file may change later), passes, seed and the planned run ids."""
+    folder = manifest_dir(prepared.context.results_dir, prepared.sweep_id)
+    path = folder / "manifest.json"
+    if path.exists():
+        return path  # a resumed sweep keeps the manifest it started with
+    folder.mkdir(parents=True, exist_ok=True)
+    spec_copy = folder / f"spec{prepared.loaded.path.suffix.lower()}"
+    spec_copy.write_text(prepared.loaded.text)
+    manifest = {
+        "sweep_id": prepared.sweep_id,
+        "spec_path": str(prepared.loaded.path),
+        "spec_copy": spec_copy.name,
+        "spec_sha256": prepared.loaded.sha256,
+        "passes": prepared.passes,
+        "seed": prepared.loaded.sweep.seed,
+        "slots": [s.describe() for s in prepared.slots],
+        "run_ids": [item.run_id for item in prepared.items],
+        "created_at": datetime.now(timezone.utc).isoformat(),
+    }
+    tmp = folder / ".manifest.json.tmp"
+    tmp.write_text(json.dumps(manifest, indent=1) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def _resume_source(results: Path, resume: str, spec: str | Path | None) -> tuple[Path, int]:
+    """The spec copy and passes a sweep started with; a spec given too must match."""
+    manifest = read_manifest(results, resume)
+    if spec is not None:
+        given = load_spec(spec)
+        if given.sha256 != manifest["spec_sha256"]:
+            raise OmniError(
+                f"{spec} has changed since sweep {resume} started (sha256 {given.sha256[:12]} vs "
+                f"{manifest['spec_sha256'][:12]}): resuming would mix two configurations. "
+                "Resume without the spec argument (the sweep's own copy is used) or start a new sweep"
+            )
+    return manifest_dir(results, resume) / manifest["spec_copy"], manifest["passes"]
 
 
 def prepare_sweep(
-    spec: str | Path,
+    spec: str | Path | None,
     *,
     passes: int | None = None,
     results: str | Path = "results",
     force: bool = False,
     sweep_id: str | None = None,
+    resume: str | None = None,
     sysfs_root: str | Path = "/",
     build: bool = True,
 ) -> PreparedSweep:
     """Load and validate everything a sweep needs before anything runs.
 
-    ``build`` makes missing engine envs and models (minutes, once); a dry run
-    passes False and shows where they would be.
+    ``resume`` (a sweep id) replans that sweep from the spec copy and passes it
+    started with and keeps only the runs not stored yet. ``build`` makes missing
+    engine envs and models (minutes, once); a dry run passes False and shows
+    where they would be. A ``sysfs_root`` other than ``/`` plans placement on
+    that (fixture) host's topology and does not apply it.
     """
+    results = Path(results).resolve()
+    if resume:
+        if passes is not None:
+            raise OmniError(f"--passes cannot change on resume: sweep {resume} keeps the passes it started with")
+        if sweep_id not in (None, resume):
+            raise OmniError(f"resume {resume!r} and sweep_id {sweep_id!r} differ; give one of them")
+        spec, passes = _resume_source(results, resume, spec)
+        sweep_id = resume
+    elif spec is None:
+        raise OmniError("give a sweep spec (e.g. arms/smoke.yaml), or --resume SWEEP_ID")
     loaded = load_spec(spec)
+    passes = passes or loaded.sweep.passes
     sweep_id = sweep_id or new_sweep_id(loaded.sweep.name)
-    items = plan_sweep(loaded, sweep_id, sweep_slots(loaded, sysfs_root), passes)
+    slots = sweep_slots(loaded, sysfs_root)
+    items = plan_sweep(loaded, sweep_id, slots, passes)
+    planned = len(items)
+    if resume:
+        stored = stored_run_ids(results, sweep_id)
+        items = [item for item in items if item.run_id not in stored]
+    items = [replace(item, slot=slots[i % len(slots)]) for i, item in enumerate(items)]  # predicted
     provenance = collect_host_provenance(root=sysfs_root)
     provenance.update(spec_path=str(loaded.path), spec_sha256=loaded.sha256)
     context = RunContext(
-        results_dir=Path(results).resolve(),
+        results_dir=results,
         timeout_s=loaded.sweep.timeout_s,
         busy_threshold_pct=loaded.sweep.busy_threshold_pct,
         force=force,
         provenance=provenance,
         repo_root=REPO_ROOT,
         resources=resolve_all(REPO_ROOT, list(loaded.sweep.arms), build=build),
+        simulate_placement=Path(sysfs_root).resolve() != Path("/"),
     )
-    return PreparedSweep(loaded, sweep_id, context, items)
+    return PreparedSweep(loaded, sweep_id, context, items, slots, passes, planned)
 
 
 def run_and_store(context: RunContext, item: PlanItem, extra: dict | None = None) -> dict:
-    """Run one item and write its row the moment it ends (STYLE.md 5)."""
-    row = run_arm(context, item)
+    """Run one item on its slot, held exclusively on this host, and write its
+    row the moment it ends (STYLE.md 5)."""
+    with hold_cpus(item.slot.cpus):
+        row = run_arm(context, item)
     row.update(extra or {})
     write_run(context.results_dir, row)
     return row
+
+
+def run_sweep_items(prepared: PreparedSweep) -> list[dict]:
+    """Every item of a prepared sweep on its slots, concurrently, without Prefect."""
+    write_manifest(prepared)
+    return run_concurrently(prepared.items, prepared.slots, lambda item: run_and_store(prepared.context, item))
 
 
 def sweep_table(results: str | Path, sweep_id: str) -> ArmTable:

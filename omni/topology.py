@@ -6,8 +6,9 @@ hosts we do not have (a 2-socket Xeon, sub-NUMA clustering, CXL memory nodes).
 
 from __future__ import annotations
 
+import itertools
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from omni.errors import OmniError
@@ -74,6 +75,11 @@ class Topology:
     online: tuple[int, ...] = ()
     # cpu -> its SMT siblings including itself, from thread_siblings_list
     siblings: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    present: tuple[int, ...] = ()  # CPUs the host has, online or not
+
+    @property
+    def offline(self) -> tuple[int, ...]:
+        return tuple(sorted(set(self.present) - set(self.online)))
 
     def node_of(self, cpu: int) -> int | None:
         for node in self.nodes.values():
@@ -101,14 +107,17 @@ def _node_mem_kb(node_dir: Path) -> int | None:
 
 
 def read_topology(root: str | Path = "/") -> Topology:
-    """Read nodes, online CPUs and SMT siblings under ``root``/sys.
+    """Read nodes, present/online CPUs and SMT siblings under ``root``/sys.
 
     A kernel without NUMA support has no ``node`` directory: then every online
-    CPU belongs to a single node 0.
+    CPU belongs to a single node 0. Node cpulists only hold online CPUs (the
+    kernel drops a CPU from its node's mask when it goes offline).
     """
     sys_dir = Path(root) / "sys" / "devices" / "system"
     online_text = _read(sys_dir / "cpu" / "online")
     online = parse_cpulist(online_text) if online_text else []
+    present_text = _read(sys_dir / "cpu" / "present")
+    present = sorted(set(parse_cpulist(present_text) if present_text else []) | set(online))
     nodes: dict[int, Node] = {}
     node_root = sys_dir / "node"
     for node_dir in sorted(node_root.glob("node[0-9]*"), key=lambda p: int(p.name[4:])):
@@ -123,7 +132,7 @@ def read_topology(root: str | Path = "/") -> Topology:
     for cpu in online:
         text = _read(sys_dir / "cpu" / f"cpu{cpu}" / "topology" / "thread_siblings_list")
         siblings[cpu] = tuple(parse_cpulist(text)) if text else (cpu,)
-    return Topology(nodes=nodes, online=tuple(online), siblings=siblings)
+    return Topology(nodes=nodes, online=tuple(online), siblings=siblings, present=tuple(present))
 
 
 @dataclass(frozen=True)
@@ -135,66 +144,116 @@ class Slot:
     cpus: tuple[int, ...]
     mems: tuple[int, ...]
 
+    def describe(self) -> str:
+        return f"slot {self.index}: node {self.node}, cpus {format_cpulist(self.cpus)}, membind {format_cpulist(self.mems)}"
+
 
 def physical_cores(topo: Topology, cpus: tuple[int, ...]) -> list[int]:
     """One CPU per physical core: the lowest-numbered SMT sibling."""
     return sorted({min(topo.siblings.get(c, (c,))) for c in cpus} & set(cpus))
 
 
-def _explicit_slot(topo: Topology, cpus: list[int]) -> Slot:
-    missing = [c for c in cpus if c not in topo.online]
-    if missing:
+def _explicit_slot(topo: Topology, cpus: list[int], where: str, straddle: bool) -> Slot:
+    absent = [c for c in cpus if c not in topo.present]
+    if absent:
         raise OmniError(
-            f"slots.cpus names CPU(s) {format_cpulist(missing)} that are not online on this "
-            f"host (online: {format_cpulist(topo.online)}); pick CPUs from that list"
+            f"{where} names CPU(s) {format_cpulist(absent)} that this host does not have "
+            f"(present: {format_cpulist(topo.present)}); pick CPUs from that list"
+        )
+    offline = [c for c in cpus if c not in topo.online]
+    if offline:
+        raise OmniError(
+            f"{where} names CPU(s) {format_cpulist(offline)} that are offline (online: "
+            f"{format_cpulist(topo.online)}); bring them online (echo 1 > "
+            f"/sys/devices/system/cpu/cpu{offline[0]}/online) or pick online CPUs"
         )
     nodes = sorted({topo.node_of(c) for c in cpus})
-    if len(nodes) > 1:
+    if len(nodes) > 1 and not straddle:
+        parts = "; ".join(f"node {n}: {format_cpulist([c for c in cpus if topo.node_of(c) == n])}" for n in nodes)
         raise OmniError(
-            f"slots.cpus {format_cpulist(cpus)} straddles NUMA nodes {nodes}; a slot must "
-            "stay on one node so its memory can be bound there"
+            f"{where} {format_cpulist(cpus)} straddles NUMA nodes ({parts}); a slot stays on "
+            "one node so its memory can be bound there: split it, or set slots.straddle: true "
+            "to bind its memory to all of those nodes"
         )
-    return Slot(0, nodes[0], tuple(cpus), (nodes[0],))
+    return Slot(0, nodes[0], tuple(cpus), tuple(nodes))
+
+
+def _check_disjoint(slots: list[Slot]) -> None:
+    for i, a in enumerate(slots):
+        for j in range(i):
+            shared = set(a.cpus) & set(slots[j].cpus)
+            if shared:
+                raise OmniError(
+                    f"slots.cpus[{j}] and slots.cpus[{i}] share CPU(s) {format_cpulist(shared)}; "
+                    "slots run at the same time, so each CPU may belong to one slot only"
+                )
 
 
 def allocate_slots(
     topo: Topology,
     *,
     cores: int | None = None,
-    cpus: list[int] | None = None,
+    cpus: list[list[int]] | None = None,
     node: int | None = None,
     smt: bool = False,
+    straddle: bool = False,
+    count: int | None = None,
 ) -> list[Slot]:
-    """Cut the host into slots of ``cores`` cores, each within one node.
+    """Cut the host into slots that run at the same time, each within one node.
 
-    ``cpus`` asks for exactly those CPUs (one slot). Otherwise each node with
-    CPUs (or only ``node``) gives ``len(cores_of_node) // cores`` slots of
-    physical cores (SMT siblings added when ``smt``); ``cores=None`` makes a
-    whole node one slot.
+    ``cpus`` asks for exactly those CPU lists (one slot each). Otherwise each
+    node with CPUs (or only ``node``) gives ``len(cores_of_node) // cores``
+    slots of physical cores (SMT siblings added when ``smt``); ``cores=None``
+    makes a whole node one slot. ``count`` keeps the first ``count`` slots,
+    taken alternately from each node so two slots use two nodes.
     """
     if cpus:
-        return [_explicit_slot(topo, cpus)]
+        where = (lambda i: "slots.cpus") if len(cpus) == 1 else (lambda i: f"slots.cpus[{i}]")
+        slots = [
+            replace(_explicit_slot(topo, group, where(i), straddle), index=i) for i, group in enumerate(cpus)
+        ]
+        _check_disjoint(slots)
+        return _first(slots, count)
     if node is not None and node not in topo.nodes:
-        raise OmniError(f"slots.node {node} does not exist (nodes: {sorted(topo.nodes)})")
+        raise OmniError(f"slots.node {node} does not exist on this host (nodes: {', '.join(map(str, sorted(topo.nodes)))})")
     candidates = [topo.nodes[node]] if node is not None else list(topo.nodes.values())
-    slots: list[Slot] = []
+    per_node: list[list[Slot]] = []
     for nd in candidates:
         if not nd.cpus:
             continue
         cores_of_node = physical_cores(topo, nd.cpus)
         per_slot = cores or len(cores_of_node)
+        mine = []
         for start in range(0, len(cores_of_node) - per_slot + 1, per_slot):
             chosen = cores_of_node[start : start + per_slot]
             if smt:
                 chosen = sorted({s for c in chosen for s in topo.siblings.get(c, (c,))})
-            slots.append(Slot(len(slots), nd.id, tuple(chosen), (nd.id,)))
-    if not slots:
+            mine.append(Slot(0, nd.id, tuple(chosen), (nd.id,)))
+        per_node.append(mine)
+    if not any(per_node):
         biggest = max((len(physical_cores(topo, n.cpus)) for n in candidates), default=0)
-        where = f"node {node}" if node is not None else "any node"
+        with_cpus = ", ".join(str(n.id) for n in topo.nodes.values() if n.cpus) or "none"
         if biggest == 0:
-            raise OmniError(f"{where} has no online CPUs (a memory-only node?); pick a node with CPUs")
+            where = f"node {node}" if node is not None else "no node"
+            raise OmniError(
+                f"slots: {where} has no online CPUs (a memory-only node, e.g. CXL?); "
+                f"nodes with CPUs: {with_cpus}"
+            )
+        where = f"node {node}" if node is not None else "the largest node"
         raise OmniError(
-            f"slots.cores={cores} does not fit: {where} has at most {biggest} physical "
-            "core(s) with CPUs; ask for fewer cores per slot"
+            f"slots.cores={cores} does not fit: {where} has {biggest} physical core(s); "
+            f"ask for at most {biggest} cores per slot"
         )
-    return slots
+    # Interleave nodes: slot 0 on node 0, slot 1 on node 1, ... so `count: 2`
+    # uses both sockets rather than two halves of one.
+    ordered = [s for group in itertools.zip_longest(*per_node) for s in group if s is not None]
+    return _first([replace(s, index=i) for i, s in enumerate(ordered)], count)
+
+
+def _first(slots: list[Slot], count: int | None) -> list[Slot]:
+    if count is not None and count > len(slots):
+        raise OmniError(
+            f"slots.count={count} but the request gives only {len(slots)} slot(s) "
+            f"({'; '.join(s.describe() for s in slots)}); ask for fewer slots or fewer cores each"
+        )
+    return slots[:count] if count is not None else slots

@@ -23,16 +23,19 @@ def make_sysfs(
     offline: list[int] = (),
     mem_kb: dict[int, int] | None = None,
 ) -> Path:
-    """Write a minimal sysfs tree: node cpulists, online CPUs, SMT siblings."""
+    """Write a minimal sysfs tree: node cpulists and memory, present/online/offline CPUs, SMT siblings."""
     system = root / "sys" / "devices" / "system"
     all_cpus = sorted({c for cpus in nodes.values() for c in cpus})
     online = [c for c in all_cpus if c not in offline]
     (system / "cpu").mkdir(parents=True, exist_ok=True)
     (system / "cpu" / "online").write_text(format_cpulist(online) + "\n")
+    (system / "cpu" / "present").write_text(format_cpulist(all_cpus) + "\n")
+    (system / "cpu" / "offline").write_text(format_cpulist(offline) + "\n")
     for node, cpus in nodes.items():
         node_dir = system / "node" / f"node{node}"
         node_dir.mkdir(parents=True, exist_ok=True)
-        (node_dir / "cpulist").write_text(format_cpulist(cpus) + "\n")
+        # the kernel drops an offline CPU from its node's cpulist
+        (node_dir / "cpulist").write_text(format_cpulist([c for c in cpus if c not in offline]) + "\n")
         kb = (mem_kb or {}).get(node, 1 << 20)
         (node_dir / "meminfo").write_text(f"Node {node} MemTotal:       {kb} kB\n")
     for cpu in online:

@@ -92,7 +92,7 @@ def test_good_json_loads(tmp_path):
     }
     loaded = load_spec(write(tmp_path, json.dumps(spec, indent=2), "spec.json"))
     assert loaded.sweep.baseline_arm == "a"
-    assert loaded.sweep.slots.cpu_list() == [0, 1]
+    assert loaded.sweep.slots.cpu_lists() == [[0, 1]]
     assert loaded.sweep.arms[0].engine_params().hold_s == 0.0
     assert loaded.sweep.passes == 3
 

@@ -40,33 +40,74 @@ def test_two_socket_fixture(tmp_path):
     assert physical_cores(topo, topo.nodes[0].cpus) == list(range(56))
 
 
-def test_slots_stay_on_their_node(tmp_path):
+def test_slots_stay_on_their_node_and_alternate_nodes(tmp_path):
     topo = read_topology(xeon_8480c_2s(tmp_path))
     slots = allocate_slots(topo, cores=24)
-    assert [(s.node, s.cpus[0], len(s.cpus)) for s in slots] == [(0, 0, 24), (0, 24, 24), (1, 56, 24), (1, 80, 24)]
+    assert [(s.index, s.node, s.cpus[0], len(s.cpus)) for s in slots] == [
+        (0, 0, 0, 24), (1, 1, 56, 24), (2, 0, 24, 24), (3, 1, 80, 24)
+    ]  # fmt: skip
     assert all(s.mems == (s.node,) for s in slots)
+    two = allocate_slots(topo, cores=28, count=2)
+    assert [(s.node, format_cpulist(s.cpus), s.mems) for s in two] == [(0, "0-27", (0,)), (1, "56-83", (1,))]
     smt = allocate_slots(topo, cores=2, node=1, smt=True)[0]
     assert smt.cpus == (56, 57, 168, 169)
+    whole = allocate_slots(topo)
+    assert [(s.node, len(s.cpus)) for s in whole] == [(0, 56), (1, 56)]
 
 
-def test_explicit_cpus_and_errors(tmp_path):
+def test_explicit_cpu_lists(tmp_path):
     topo = read_topology(xeon_8480c_2s(tmp_path))
-    assert allocate_slots(topo, cpus=list(range(56, 80)))[0].node == 1
-    with pytest.raises(OmniError, match="straddles NUMA nodes"):
-        allocate_slots(topo, cpus=[55, 56])
-    with pytest.raises(OmniError, match="not online"):
-        allocate_slots(topo, cpus=[300])
-    with pytest.raises(OmniError, match="does not fit"):
-        allocate_slots(topo, cores=57)
+    one = allocate_slots(topo, cpus=[list(range(56, 80))])
+    assert [(s.node, s.mems) for s in one] == [(1, (1,))]
+    two = allocate_slots(topo, cpus=[[0, 1, 2, 3], list(range(56, 80))])
+    assert [(s.index, s.node) for s in two] == [(0, 0), (1, 1)]
+    wide = allocate_slots(topo, cpus=[[54, 55, 56, 57]], straddle=True)[0]
+    assert wide.mems == (0, 1)
+
+
+@pytest.mark.parametrize(
+    "request_, message",
+    [
+        ({"cpus": [[55, 56]]}, r"slots.cpus 55-56 straddles NUMA nodes \(node 0: 55; node 1: 56\).*straddle: true"),
+        ({"cpus": [[300]]}, r"CPU\(s\) 300 that this host does not have \(present: 0-223\)"),
+        ({"cpus": [[0, 1], [1, 2]]}, r"slots.cpus\[0\] and slots.cpus\[1\] share CPU\(s\) 1"),
+        ({"cores": 57}, r"slots.cores=57 does not fit: the largest node has 56 physical core\(s\)"),
+        ({"cores": 8, "node": 1, "count": 8}, r"slots.count=8 but the request gives only 7 slot"),
+        ({"node": 5}, r"slots.node 5 does not exist on this host \(nodes: 0, 1\)"),
+    ],
+)
+def test_bad_slot_requests_say_what_and_how(tmp_path, request_, message):
+    topo = read_topology(xeon_8480c_2s(tmp_path))
+    with pytest.raises(OmniError, match=message):
+        allocate_slots(topo, **request_)
+
+
+def snc4(root):
+    """Sub-NUMA clustering, 2 sockets x 2 clusters, 8 cores each, SMT 2."""
+    nodes = {n: [*range(8 * n, 8 * n + 8), *range(32 + 8 * n, 32 + 8 * n + 8)] for n in range(4)}
+    siblings = {c: [c % 32, c % 32 + 32] for c in range(64)}
+    return make_sysfs(root, nodes, siblings, mem_kb={n: 64 << 20 for n in range(4)})
+
+
+def test_sub_numa_clustering_gives_a_slot_per_cluster(tmp_path):
+    topo = read_topology(snc4(tmp_path))
+    assert sorted(topo.nodes) == [0, 1, 2, 3] and topo.nodes[2].mem_total_kb == 64 << 20
+    slots = allocate_slots(topo)
+    assert [(s.node, format_cpulist(s.cpus)) for s in slots] == [(0, "0-7"), (1, "8-15"), (2, "16-23"), (3, "24-31")]
+    smt = allocate_slots(topo, cores=4, smt=True, count=4)
+    assert [(s.node, format_cpulist(s.cpus)) for s in smt] == [(0, "0-3,32-35"), (1, "8-11,40-43"), (2, "16-19,48-51"), (3, "24-27,56-59")]
 
 
 def test_offline_cpus_and_memory_only_node(tmp_path):
-    root = make_sysfs(tmp_path, {0: [0, 1, 2, 3], 1: []}, offline=[3])
+    root = make_sysfs(tmp_path, {0: [0, 1, 2, 3], 1: []}, offline=[3], mem_kb={1: 256 << 20})
     topo = read_topology(root)
-    assert topo.nodes[0].cpus == (0, 1, 2)
-    assert topo.nodes[1].cpus == ()
-    with pytest.raises(OmniError, match="node 1 has no online CPUs"):
+    assert topo.nodes[0].cpus == (0, 1, 2) and topo.offline == (3,) and topo.present == (0, 1, 2, 3)
+    assert topo.nodes[1].cpus == () and topo.nodes[1].mem_total_kb == 256 << 20
+    with pytest.raises(OmniError, match=r"node 1 has no online CPUs \(a memory-only node, e.g. CXL\?\); nodes with CPUs: 0"):
         allocate_slots(topo, node=1)
+    with pytest.raises(OmniError, match=r"CPU\(s\) 3 that are offline \(online: 0-2\).*cpu3/online"):
+        allocate_slots(topo, cpus=[[2, 3]])
+    assert [format_cpulist(s.cpus) for s in allocate_slots(topo)] == ["0-2"]  # the CXL node gives no slot
 
 
 def test_this_host_has_a_slot():
