@@ -70,12 +70,17 @@ def sweep(
     force: bool = False,
     sweep_id: str | None = None,
     resume: str | None = None,
+    sysfs_root: str = "/",
 ):
     """Load the spec, plan it, run every (arm, pass) on the free slots, tabulate.
 
     ``resume`` (a sweep id) runs only that sweep's runs that are not stored yet.
+    ``sysfs_root`` other than ``/`` plans slots on a fixture host's topology
+    (placement recorded, not applied).
     """
-    prepared = prepare_sweep(spec, passes=passes, results=results, force=force, sweep_id=sweep_id, resume=resume)
+    prepared = prepare_sweep(
+        spec, passes=passes, results=results, force=force, sweep_id=sweep_id, resume=resume, sysfs_root=sysfs_root
+    )
     log = get_run_logger()
     write_manifest(prepared)
     log.info(

@@ -125,7 +125,7 @@ def sweep(
     from flows.sweep import sweep as sweep_flow
 
     with session_guard():
-        run_sweep_flow(sweep_flow, prepared, spec, resume, passes, results, force)
+        run_sweep_flow(sweep_flow, prepared, spec, resume, passes, results, force, sysfs_root)
 
 
 def session_guard():
@@ -142,7 +142,7 @@ def session_guard():
     return Watchdog(os.environ[SESSION_VAR], var=SESSION_VAR)
 
 
-def run_sweep_flow(sweep_flow, prepared, spec, resume, passes, results: Path, force: bool) -> None:
+def run_sweep_flow(sweep_flow, prepared, spec, resume, passes, results: Path, force: bool, sysfs_root: Path) -> None:
     done = threading.Event()
     watcher = threading.Thread(
         target=watch_progress, args=(results, prepared.sweep_id, prepared.planned, done), daemon=True
@@ -151,7 +151,7 @@ def run_sweep_flow(sweep_flow, prepared, spec, resume, passes, results: Path, fo
     try:
         state = sweep_flow(
             spec=str(spec) if spec else None, passes=passes, results=str(results), force=force,
-            sweep_id=prepared.sweep_id, resume=resume, return_state=True,
+            sweep_id=prepared.sweep_id, resume=resume, sysfs_root=str(sysfs_root), return_state=True,
         )  # fmt: skip
     finally:
         done.set()

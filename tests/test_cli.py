@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -105,7 +106,7 @@ def engine_processes(marker: str, kind: bytes = b"omni.engines") -> list[int]:
 
 
 @pytest.mark.slow
-def test_sigkill_mid_sweep_leaves_no_engine_and_no_partial_file(tmp_path):
+def test_sigkill_mid_sweep_leaves_nothing_behind_and_resume_runs_exactly_the_missing_runs(tmp_path):
     arms = [{"name": f"a{i}", "engine": "synthetic", "params": {"procs": 2, "mem_mb": 32, "load_s": 1.5}}
             for i in range(3)]  # fmt: skip
     spec = tmp_path / "slow.yaml"
@@ -136,3 +137,20 @@ def test_sigkill_mid_sweep_leaves_no_engine_and_no_partial_file(tmp_path):
     frame = load_runs(results)
     assert 2 <= len(frame) < 9 and (frame["status"] == "ok").all()
     assert len(pd.read_parquet(results / "runs")) == len(frame)
+
+    (sweep_dir,) = (results / "sweeps").iterdir()
+    planned = set(json.loads((sweep_dir / "manifest.json").read_text())["run_ids"])
+    before = set(frame["run_id"])
+    spec.write_text(spec.read_text().replace("passes: 3", "passes: 4"))  # the sweep's own copy is used
+    done = omni("sweep", "--resume", sweep_dir.name, "--results", str(results), "--force")
+    assert done.returncode == 0, done.stderr[-3000:]
+    after = load_runs(results)
+    assert len(planned) == 9 and set(after["run_id"]) == planned and len(after) == 9
+    resumed = after[~after["run_id"].isin(before)]
+    assert set(resumed["run_id"]) == planned - before
+    assert resumed["prefect_flow_run_id"].nunique() == 1
+    assert not set(resumed["prefect_flow_run_id"]) & set(frame["prefect_flow_run_id"])
+    again = omni("sweep", "--resume", sweep_dir.name, "--results", str(results))
+    assert again.returncode == 0 and "nothing to resume" in again.stdout
+    changed = omni("sweep", str(spec), "--resume", sweep_dir.name, "--results", str(results))
+    assert changed.returncode == 2 and "has changed since sweep" in changed.stderr

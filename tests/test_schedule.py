@@ -1,0 +1,124 @@
+"""Slots at the same time: one run per slot, plan order, host-wide CPU locks."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+from concurrent.futures import Future
+
+import pandas as pd
+import pytest
+
+from omni.schedule import dispatch, hold_cpus
+from omni.sweep import prepare_sweep, run_sweep_items
+from omni.topology import Slot, format_cpulist
+from tests.conftest import xeon_8480c_2s
+from tests.test_cli import omni
+from tests.test_harness import synthetic, write_spec
+
+SLOTS = [Slot(0, 0, (0, 1), (0,)), Slot(1, 1, (2, 3), (1,))]
+
+
+def test_dispatch_starts_in_plan_order_and_never_doubles_a_slot(tmp_path):
+    prepared = prepare_sweep(write_spec(tmp_path, [synthetic(f"a{i}") for i in range(3)], passes=2), results=tmp_path)
+    pending: list[Future] = []
+    started, busy = [], set()
+
+    def submit(item):
+        assert item.slot.index not in busy, "a slot got a second run"
+        busy.add(item.slot.index)
+        started.append((item.order_index, item.slot.index))
+        future = Future()
+        future.add_done_callback(lambda _f, s=item.slot.index: busy.discard(s))
+        pending.append(future)
+        if len(pending) == len(SLOTS):  # both slots taken: finish the older run
+            pending.pop(0).set_result({})
+        return future
+
+    placed = dispatch(prepared.items, SLOTS, submit)
+    assert [o for o, _ in started] == [item.order_index for item in prepared.items] == list(range(6))
+    assert [s for _, s in started] == [0, 1, 0, 1, 0, 1]
+    assert [item.slot.index for item, _ in placed] == [0, 1, 0, 1, 0, 1]
+
+
+@pytest.mark.slow
+def test_two_fixture_slots_run_at_once_one_run_each(tmp_path):
+    """Placement from the 2-socket fixture (not applied: this host lacks those
+    CPUs), timing real: runs on the two slots overlap, runs on one never do."""
+    root = xeon_8480c_2s(tmp_path / "sysfs")
+    arms = [synthetic(f"a{i}", load_s=1.0, mem_mb=8) for i in range(4)]
+    spec = write_spec(tmp_path, arms, slots={"cores": 28, "count": 2})
+    prepared = prepare_sweep(spec, results=tmp_path / "results", sysfs_root=root)
+    rows = pd.DataFrame(run_sweep_items(prepared))
+    assert (rows["status"] == "ok").all(), rows["error"].tolist()
+    assert sorted(rows["slot_index"]) == [0, 0, 1, 1]
+    for slot, node, cpus in ((0, 0, "0-27"), (1, 1, "56-83")):
+        mine = rows[rows["slot_index"] == slot].sort_values("started_at")
+        assert (mine["numa_node"] == node).all() and (mine["membind"].map(list) == [[node]] * 2).all()
+        assert {format_cpulist(c) for c in mine["cpus"]} == {cpus}
+        assert mine["started_at"].iloc[1] >= mine["finished_at"].iloc[0], "one slot ran two runs at once"
+    first = rows.sort_values("started_at").groupby("slot_index").first()
+    assert first["started_at"].max() < first["finished_at"].min(), "the slots did not run at the same time"
+    assert all("placement_simulated" in rules for rules in rows["warning_rules"])
+
+
+def test_cpu_locks_exclude_another_process_on_the_same_cpus(tmp_path):
+    holder = subprocess.Popen(
+        [sys.executable, "-c", (
+            "import sys; from pathlib import Path; from omni.schedule import hold_cpus\n"
+            f"with hold_cpus((5, 6), Path({str(tmp_path)!r})):\n"
+            "    print('held', flush=True); sys.stdin.readline()\n"
+        )],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert holder.stdout.readline().strip() == "held"
+    got = threading.Event()
+
+    def take():
+        with hold_cpus((4, 5), tmp_path):  # shares CPU 5
+            got.set()
+
+    with hold_cpus((7,), tmp_path):  # other CPUs: free at once
+        pass
+    taker = threading.Thread(target=take)
+    taker.start()
+    assert not got.wait(0.5), "took CPU 5 while another process held it"
+    holder.communicate("go\n", timeout=10)
+    assert got.wait(10)
+    taker.join()
+
+
+def test_dry_run_on_the_two_socket_fixture_shows_two_slots_at_once(tmp_path):
+    root = xeon_8480c_2s(tmp_path / "sysfs")
+    spec = write_spec(tmp_path, [synthetic("a"), synthetic("b")], passes=2, slots={"cores": 28, "count": 2})
+    done = omni("sweep", str(spec), "--results", str(tmp_path / "results"), "--dry-run", "--sysfs-root", str(root))
+    assert done.returncode == 0, done.stderr
+    assert "4 run(s) on 2 slot(s) at once" in done.stdout
+    assert "slot 0: node 0, cpus 0-27, membind 0" in done.stdout
+    assert "slot 1: node 1, cpus 56-83, membind 1" in done.stdout
+    waves = [line for line in done.stdout.splitlines() if " wave 0 " in line]
+    assert len(waves) == 2 and "node 0 cpus 0-27 membind 0" in waves[0] and "node 1 cpus 56-83 membind 1" in waves[1]
+    assert not (tmp_path / "results").exists()
+
+
+@pytest.mark.parametrize(
+    "slots, needle",
+    [
+        ({"cpus": "50-60"}, "straddles NUMA nodes (node 0: 50-55; node 1: 56-60)"),
+        ({"cpus": "300"}, "CPU(s) 300 that this host does not have (present: 0-223)"),
+        ({"cores": 64}, "slots.cores=64 does not fit: the largest node has 56 physical core(s)"),
+        ({"node": 2}, "slots.node 2 does not exist on this host (nodes: 0, 1)"),
+        ({"cpus": ["0-3", "2-5"]}, "share CPU(s) 2-3"),
+        ({"cores": 28, "count": 5}, "slots.count=5 but the request gives only 4 slot(s)"),
+    ],
+)
+def test_bad_slot_requests_give_one_message_and_launch_nothing(tmp_path, slots, needle):
+    root = xeon_8480c_2s(tmp_path / "sysfs")
+    spec = write_spec(tmp_path, [synthetic("a")], slots=slots)
+    results = tmp_path / "results"
+    done = omni("sweep", str(spec), "--results", str(results), "--sysfs-root", str(root))
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr.startswith(f"error: {spec}: ") and needle in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) <= 3 and "Traceback" not in done.stderr
+    assert not results.exists()
