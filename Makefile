@@ -1,5 +1,5 @@
 # The two set-up-and-go commands (see README): both bootstrap what is missing.
-.PHONY: sweep test bootstrap engines bench
+.PHONY: sweep test bootstrap engines bench stack-up stack-down worker
 
 # Prefect's ephemeral server sends no telemetry from CI or tests.
 export PREFECT_SERVER_ANALYTICS_ENABLED ?= false
@@ -23,3 +23,14 @@ bench: engines
 	.venv/bin/python benchmarks/sampler_overhead.py
 	.venv/bin/python benchmarks/vllm_vs_bench_latency.py
 	.venv/bin/python benchmarks/vllm_patches.py
+	.venv/bin/python benchmarks/slot_makespan.py
+
+# docker-compose's stack without containers, and a worker on it (prefect.yaml)
+stack-up: bootstrap
+	.venv/bin/omni stack up
+
+stack-down:
+	.venv/bin/omni stack down
+
+worker: stack-up
+	PREFECT_API_URL=$$(.venv/bin/omni stack status | awk '/^prefect/ {print $$2}') scripts/worker.sh

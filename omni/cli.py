@@ -221,6 +221,35 @@ def table(
     print_arm_table(sweep_id, results)
 
 
+stack_app = typer.Typer(no_args_is_help=True, help="docker-compose's stack without containers (PostgreSQL + Prefect server).")
+app.add_typer(stack_app, name="stack")
+
+
+@stack_app.command("up")
+def stack_up() -> None:
+    """Start PostgreSQL and a Prefect server on it, as docker-compose.yml configures them."""
+    from omni import stack
+
+    url = stack.up()
+    out.print(f"prefect server at {url}; use it with: export PREFECT_API_URL={url}", highlight=False)
+
+
+@stack_app.command("down")
+def stack_down() -> None:
+    """Stop what `omni stack up` started."""
+    from omni import stack
+
+    out.print("stopped: " + (", ".join(stack.down()) or "nothing was running"), highlight=False)
+
+
+@stack_app.command("status")
+def stack_status() -> None:
+    from omni import stack
+
+    for key, value in stack.status().items():
+        out.print(f"{key:<9} {value}", highlight=False)
+
+
 env_app = typer.Typer(no_args_is_help=True, help="Engine environments (.venvs/<name>).")
 models_app = typer.Typer(no_args_is_help=True, help="Deterministic models (no hub, no downloads).")
 app.add_typer(env_app, name="env")

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install whatever is missing, idempotently: Debian numactl, the orchestrator
+# Install whatever is missing, idempotently: Debian numactl and PostgreSQL, the orchestrator
 # venv (.venv) and omni in it. Safe to run any number of times; fast when
 # nothing changed (the venv is keyed by a hash of pyproject.toml).
 set -euo pipefail
@@ -8,12 +8,17 @@ cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3.11}
 command -v "$PYTHON" >/dev/null || PYTHON=python3
 
-if ! command -v numactl >/dev/null; then
-  echo "bootstrap: installing numactl (Debian package)"
+# numactl pins runs; PostgreSQL backs the Prefect server of `omni stack up`
+# (the docker-compose stack without containers, which the tests start).
+missing=()
+command -v numactl >/dev/null || missing+=(numactl)
+command -v pg_ctlcluster >/dev/null || missing+=(postgresql)
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "bootstrap: installing ${missing[*]} (Debian packages)"
   if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
-  $SUDO apt-get install -y -q numactl >/dev/null 2>&1 || {
+  $SUDO apt-get install -y -q "${missing[@]}" >/dev/null 2>&1 || {
     $SUDO apt-get update -q >/dev/null
-    $SUDO apt-get install -y -q numactl >/dev/null
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >/dev/null
   }
 fi
 
