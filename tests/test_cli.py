@@ -53,6 +53,18 @@ def test_dry_run_prints_commands_and_runs_nothing(tmp_path):
     assert not results.exists()
 
 
+def test_topology_of_the_two_socket_fixture_and_of_this_host(tmp_path):
+    from tests.conftest import xeon_8480c_2s
+
+    done = omni("topology", "--sysfs-root", str(xeon_8480c_2s(tmp_path)))
+    assert done.returncode == 0, done.stderr
+    assert "CPUs present 0-223, online 0-223, offline none" in done.stdout
+    assert "node 0: cpus 0-55,112-167 (56 cores, 2 threads/core), memory 1.0 GiB" in done.stdout
+    assert "node 1: cpus 56-111,168-223 (56 cores, 2 threads/core)" in done.stdout
+    here = omni("topology", "--window", "0.1")
+    assert here.returncode == 0 and "node 0: cpus" in here.stdout and "load mean" in here.stdout
+
+
 def test_validate_prints_expanded_arms():
     done = omni("validate", "arms/smoke-synthetic.yaml")
     assert done.returncode == 0, done.stderr

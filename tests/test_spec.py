@@ -297,6 +297,18 @@ BAD_SPECS = {
         "name: x\nslots:\n  cores: 2\n  cpus: 0-3\narms:\n" + ARM,
         ["spec.yaml:4 slots.cpus: give cores or cpus, not both"],
     ),
+    "bad cpulist in a list of slots": (
+        "name: x\nslots:\n  cpus: ['0-3', '4-']\narms:\n" + ARM,
+        ["spec.yaml:3 slots.cpus: bad CPU list '4-'"],
+    ),
+    "node and cpus both": (
+        "name: x\nslots:\n  node: 1\n  cpus: 0-3\narms:\n" + ARM,
+        ["spec.yaml:3 slots.node: give node or cpus, not both"],
+    ),
+    "zero slots": (
+        "name: x\nslots:\n  count: 0\narms:\n" + ARM,
+        ["spec.yaml:3 slots.count: must be >= 1"],
+    ),
     "bad env var name": (
         "name: x\narms:\n  - name: a\n    engine: synthetic\n    env:\n      OMP-THREADS: '2'\n",
         ["spec.yaml:6 arms[0].env['OMP-THREADS']: 'OMP-THREADS' is not an environment variable name"],
