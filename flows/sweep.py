@@ -16,8 +16,11 @@ from prefect.cache_policies import NONE
 from prefect.runtime import flow_run
 from prefect.states import Completed, Failed
 
+from omni.errors import OmniError
+from omni.report import summary_markdown, write_outputs
 from omni.runner import PlanItem, RunContext
 from omni.schedule import dispatch
+from omni.summary import summarize_sweep, sweep_history
 from omni.sweep import format_table, prepare_sweep, run_and_store, sweep_table, write_manifest
 
 OUTCOME_KEYS = ("run_id", "arm", "pass_index", "slot_index", "status", "error")
@@ -51,14 +54,30 @@ def failure_summary(failed: list[dict], total: int) -> str:
     return "\n".join(lines)
 
 
-def publish_artifacts(sweep_id: str, results: str, outcomes: list[dict], table: str, failed: list[dict]) -> None:
+def publish_artifacts(sweep_id: str, results: str, outcomes: list[dict], failed: list[dict]) -> None:
+    """The noise-aware summary (also written to results/summaries/) as Markdown,
+    each arm's verdicts against the baseline and every run's outcome as tables."""
     key = "".join(c if c.isalnum() else "-" for c in sweep_id.lower())
     rows_dir = Path(results).resolve() / "runs" / f"sweep={sweep_id}"
-    text = [f"# sweep {sweep_id}", "", f"{len(outcomes)} run(s), {len(failed)} not ok; rows in `{rows_dir}`", ""]
+    text = [f"{len(outcomes)} run(s) in this flow run, {len(failed)} not ok; rows in `{rows_dir}`", ""]
     if failed:
         text += [failure_summary(failed, len(outcomes)), ""]
-    text += ["```", table, "```"]
-    create_markdown_artifact("\n".join(text), key=f"summary-{key}", description=f"per-arm table of {sweep_id}")
+    try:
+        summary = summarize_sweep(Path(results), sweep_id)
+    except OmniError as error:  # e.g. nothing stored: say so, the flow's state says the rest
+        create_markdown_artifact("\n".join(text + [str(error)]), key=f"summary-{key}")
+        return
+    paths = write_outputs(Path(results), summary, sweep_history(Path(results), summary))
+    text += [summary_markdown(summary), f"Report: `{paths['html']}`"]
+    create_markdown_artifact("\n".join(text), key=f"summary-{key}", description=f"summary of {sweep_id}")
+    verdicts = [
+        {"arm": arm, "metric": metric, "verdict": j.refused or (j.comparison.verdict if j.comparison else "-"),
+         "ratio": j.comparison.ratio if j.comparison else None,
+         "ci_low": j.comparison.ci_low if j.comparison else None, "ci_high": j.comparison.ci_high if j.comparison else None}
+        for (arm, metric), j in summary.judged.items()
+    ]  # fmt: skip
+    if verdicts:
+        create_table_artifact(verdicts, key=f"verdicts-{key}", description=f"arms against {summary.baseline}")
     create_table_artifact(outcomes, key=f"runs-{key}", description=f"every run of {sweep_id}")
 
 
@@ -92,7 +111,7 @@ def sweep(
     failed = [o for o in outcomes if o["status"] != "ok"]
     table = format_table(sweep_table(results, prepared.sweep_id))
     log.info("sweep %s\n%s", prepared.sweep_id, table)
-    publish_artifacts(prepared.sweep_id, results, outcomes, table, failed)
+    publish_artifacts(prepared.sweep_id, results, outcomes, failed)
     summary = {"sweep_id": prepared.sweep_id, "runs": outcomes, "failed": failed, "table": table}
     if failed:
         return Failed(message=failure_summary(failed, len(outcomes)), data=summary)

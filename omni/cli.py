@@ -221,6 +221,145 @@ def table(
     print_arm_table(sweep_id, results)
 
 
+RESULTS_OPT = typer.Option(Path("results"), help="results directory")
+RETRACTED_OPT = typer.Option(False, "--include-retracted", help="keep retracted runs in")
+
+
+@app.command()
+def summary(
+    sweep_id: str = typer.Argument(..., help="sweep id (the sweep=… folder name)"),
+    results: Path = RESULTS_OPT,
+    include_retracted: bool = RETRACTED_OPT,
+) -> None:
+    """Per arm and metric: n, median, MAD, CV, interval, and the verdict
+    against the baseline; writes results/summaries/SWEEP.{md,json,html}."""
+    from omni.report import summary_markdown, write_outputs
+    from omni.summary import summarize_sweep, sweep_history
+
+    result = summarize_sweep(results, sweep_id, include_retracted)
+    out.print(summary_markdown(result), markup=False, highlight=False, soft_wrap=True)
+    paths = write_outputs(results, result, sweep_history(results, result, include_retracted))
+    out.print(f"written: {paths['md']}, {paths['json']}, {paths['html']}", highlight=False, soft_wrap=True)
+
+
+@app.command()
+def compare(
+    before: str = typer.Argument(..., help="sweep id of the reference"),
+    after: str = typer.Argument(..., help="sweep id compared with it, arm by arm (same names)"),
+    results: Path = RESULTS_OPT,
+    include_retracted: bool = RETRACTED_OPT,
+) -> None:
+    """Each arm of AFTER against the same arm of BEFORE: ratio, interval, verdict."""
+    from omni.report import comparison_markdown
+    from omni.summary import compare_sweeps
+
+    out.print(comparison_markdown(compare_sweeps(results, before, after, include_retracted)),
+              markup=False, highlight=False, soft_wrap=True)  # fmt: skip
+
+
+@app.command()
+def regressions(
+    sweep_name: str = typer.Argument(..., help="spec name shared by the repeated sweeps, e.g. nightly"),
+    results: Path = RESULTS_OPT,
+    window: int = typer.Option(10, min=2, help="earlier sweeps each one is compared with"),
+    threshold: float = typer.Option(3.0, min=0.5, help="|z| at which a change is flagged"),
+    include_retracted: bool = RETRACTED_OPT,
+) -> None:
+    """Regressions and improvements of repeated sweeps of one spec (lookback z-score)."""
+    from omni.report import changes_markdown
+    from omni.summary import nightly_changes
+
+    changes, order = nightly_changes(results, sweep_name, window, threshold, include_retracted=include_retracted)
+    out.print(changes_markdown(sweep_name, changes, order), markup=False, highlight=False, soft_wrap=True)
+    if any(c.kind == "regression" and c.sweep_id == order[-1] for c in changes):
+        raise typer.Exit(EXIT_RUNS_FAILED)
+
+
+@app.command()
+def calibrate(
+    spec: Path = typer.Argument(Path("arms/calibrate-synthetic.yaml"), help="A/A spec: identical arms"),
+    passes: Optional[int] = typer.Option(None, min=3, help="override the spec's passes"),
+    results: Path = RESULTS_OPT,
+    from_sweep: Optional[str] = typer.Option(None, "--from", help="measure from this stored A/A sweep, run nothing"),
+    force: bool = typer.Option(False, "--force", help="run even when the slot's cores are busy (recorded)"),
+) -> None:
+    """Run an arm against itself and store this host's noise floor per metric;
+    summaries and comparisons on this host use it from then on."""
+    import json
+
+    from omni.report import summary_markdown
+    from omni.summary import summarize_sweep, write_calibration
+
+    sweep_id = from_sweep or run_local_sweep(spec, passes, results, force)
+    path = write_calibration(results, sweep_id)
+    floors = json.loads(path.read_text())["floors"]
+    out.print(f"noise floors of this host from sweep {sweep_id} (relative noise of one run):", highlight=False)
+    for metric, floor in sorted(floors.items()):
+        out.print(f"  {metric:<24} {floor:8.3%}", highlight=False)
+    out.print(f"written: {path}", highlight=False)
+    out.print(summary_markdown(summarize_sweep(results, sweep_id)), markup=False, highlight=False, soft_wrap=True)
+
+
+@app.command()
+def retract(
+    target: str = typer.Argument(..., help="a run id, a sweep id, or a run file under results/"),
+    reason: str = typer.Option(..., "--reason", help="what is wrong with it"),
+    superseded_by: Optional[str] = typer.Option(None, "--superseded-by", help="run, sweep or file that replaces it"),
+    results: Path = RESULTS_OPT,
+) -> None:
+    """Withdraw a result with a reason; nothing is deleted or rewritten."""
+    from omni.retract import load_retractions, retract as do_retract
+
+    path = do_retract(results, target, reason, superseded_by)
+    row = load_retractions(results).set_index("retraction_id").loc[path.stem]
+    out.print(f"retracted {row['target_kind']} {row['target']} ({len(row['run_ids'])} run(s)): {row['reason']}", highlight=False)
+    out.print(f"recorded in {path}", highlight=False)
+
+
+@app.command()
+def provenance(
+    target: str = typer.Argument(..., help="a run id or a run file"),
+    results: Path = RESULTS_OPT,
+) -> None:
+    """Where a run's numbers come from: versions, commits, host, ISA, placement, spec."""
+    import pyarrow.parquet as pq
+
+    from omni.retract import retracted_runs
+    from omni.store import COLUMNS, run_file_of, upgrade_table
+
+    path = Path(target) if Path(target).is_file() else run_file_of(results, target)
+    if path is None:
+        raise OmniError(f"{target!r} is no run id under {results / 'runs'} and no file; find ids with omni table SWEEP_ID")
+    row = upgrade_table(pq.read_table(path)).to_pylist()[0]
+    out.print(f"run {row['run_id']} of sweep {row['sweep_id']} ({path})", highlight=False)
+    reason = retracted_runs(results).get(row["run_id"])
+    if reason:
+        out.print(f"RETRACTED: {reason}", highlight=False)
+    for group in ("identity", "arm", "placement", "provenance", "validity"):
+        out.print(f"[bold]{group}[/]")
+        for col in (c for c in COLUMNS if c.group == group):
+            value = row.get(col.name)
+            if value is not None and value != []:
+                out.print(f"  {col.name:<26} {value}", markup=False, highlight=False, soft_wrap=True)
+
+
+def run_local_sweep(spec: Path, passes, results: Path, force: bool) -> str:
+    """Run a spec through the flow as `omni sweep` does; its sweep id."""
+    from omni.sweep import prepare_sweep
+
+    prepared = prepare_sweep(spec, passes=passes, results=results, force=force)
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    from flows.sweep import sweep as sweep_flow
+
+    with session_guard():
+        state = sweep_flow(spec=str(spec), passes=passes, results=str(results), force=force,
+                           sweep_id=prepared.sweep_id, return_state=True)  # fmt: skip
+    result = state.result(raise_on_failure=False)
+    if not isinstance(result, dict):
+        raise OmniError(f"sweep flow ended {state.type}: {state.message}")
+    return result["sweep_id"]
+
+
 stack_app = typer.Typer(no_args_is_help=True, help="docker-compose's stack without containers (PostgreSQL + Prefect server).")
 app.add_typer(stack_app, name="stack")
 

@@ -232,6 +232,21 @@ def base_row(ctx: RunContext, item: PlanItem) -> dict:
     }  # fmt: skip
 
 
+KV_ENGINES = ("vllm", "llamacpp")
+
+
+def validity_rules(arm: Arm) -> list[tuple[str, str]]:
+    """Named reasons to doubt an arm's numbers before it even runs."""
+    found = []
+    if arm.engine in KV_ENGINES and arm.context_len is None:
+        found.append(("context_len_unset", "context_len is unset: the engine sizes its KV cache by its own default, "
+                      "allocated and never touched, so memory numbers mean nothing; set context_len"))  # fmt: skip
+    if arm.prompt_len <= 1:
+        found.append(("prompt_len_le_1", f"prompt_len={arm.prompt_len}: a profile of an empty attention cache, "
+                      "not of attention over a prompt; use prompt_len >= 2"))  # fmt: skip
+    return found
+
+
 def warn(row: dict, rule: str, message: str) -> None:
     row["warnings"].append(message)
     row["warning_rules"].append(rule)
@@ -306,6 +321,8 @@ def run_arm(ctx: RunContext, item: PlanItem) -> dict:
     """Run one planned item and return its row (never raises for a bad run)."""
     row = base_row(ctx, item)
     row["started_at"] = now_utc()
+    for rule, message in validity_rules(item.arm):
+        warn(row, rule, message)
     res = ctx.resources.get(item.arm.name) or ArmResources(error=f"arm {item.arm.name!r} was never resolved")
     row.update(model_digest=res.model_digest, engine_env_key=res.env_key, engine_env_freeze_sha256=res.env_freeze_sha256)
     if res.error:

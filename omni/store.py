@@ -496,27 +496,44 @@ _PANDAS_TYPES = {
 }
 
 
-def load_runs(results_dir: Path) -> pd.DataFrame:
-    """Every stored run as one DataFrame with the registry's columns.
+def load_runs(results_dir: Path, sweep_id: str | None = None, columns: list[str] | None = None) -> pd.DataFrame:
+    """Every stored run (or one sweep's) as one DataFrame with the registry's columns.
 
     Each file is read on its own and upgraded, so files of different schema
     versions load together. Ints and bools use pandas' nullable dtypes,
-    timestamps are UTC-aware, list columns hold arrays.
+    timestamps are UTC-aware, list columns hold arrays. ``columns`` keeps
+    only those (after the upgrade).
     """
-    tables = [_read_run_file(path) for path in _run_files(results_dir)]
+    if columns is not None:
+        unknown = [c for c in columns if c not in COLUMNS_BY_NAME]
+        if unknown:
+            raise OmniError(f"unknown column(s) {unknown}; see omni.store.COLUMNS")
+    files = _run_files(results_dir) if sweep_id is None else sorted(
+        p for p in _sweep_dir(results_dir, sweep_id).glob("*.parquet") if not p.name.startswith((".", "_"))
+    )
+    tables = [_read_run_file(path, columns) for path in files]
     table = pa.concat_tables(tables) if tables else schema().empty_table()
+    if columns is not None and not tables:
+        table = table.select(columns)
     return table.to_pandas(types_mapper=_PANDAS_TYPES.get)
 
 
-def _read_run_file(path: Path) -> pa.Table:
+def _read_run_file(path: Path, columns: list[str] | None = None) -> pa.Table:
     try:
         table = pq.ParquetFile(path).read()
     except (OSError, pa.ArrowException) as err:
         raise OmniError(f"cannot read run file {path}: {err}; move it aside to go on")
     try:
-        return upgrade_table(table)
+        table = upgrade_table(table)
     except OmniError as err:
         raise OmniError(f"{path}: {err}") from None
+    return table if columns is None else table.select(columns)
+
+
+def run_file_of(results_dir: Path, run_id: str) -> Path | None:
+    """The stored file of a run id, whichever sweep it belongs to."""
+    found = [p for p in Path(results_dir).glob(f"runs/sweep=*/{run_id}.parquet")]
+    return found[0] if found else None
 
 
 __all__ = [
@@ -530,6 +547,7 @@ __all__ = [
     "UPGRADES",
     "list_temp_files",
     "load_runs",
+    "run_file_of",
     "run_path",
     "schema",
     "stored_run_ids",

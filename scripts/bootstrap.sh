@@ -30,6 +30,6 @@ if [ ! -x .venv/bin/python ]; then
 fi
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "bootstrap: installing omni and its dependencies into .venv"
-  .venv/bin/pip install -q --disable-pip-version-check -e '.[test]' 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
+  .venv/bin/pip install -q --disable-pip-version-check -e '.[test,bench]' 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
   echo "$want" > "$stamp"
 fi

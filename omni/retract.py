@@ -1,0 +1,110 @@
+"""Retraction: a bad result is withdrawn with a reason, never deleted.
+
+``results/retractions/`` is an append-only table: one Parquet file per
+retraction (``pd.read_parquet("results/retractions")`` reads it whole), each
+naming its target (a run, a sweep, or a file under ``results/``), the run ids
+it withdraws, the reason and, optionally, what supersedes it. Run files are
+never rewritten or deleted; summaries leave retracted runs out and say how
+many they left out.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import secrets
+import socket
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from omni.errors import OmniError
+from omni.store import run_file_of, stored_run_ids
+
+SCHEMA = pa.schema([
+    ("retraction_id", pa.string()),
+    ("target_kind", pa.string()),  # run | sweep | file
+    ("target", pa.string()),
+    ("run_ids", pa.list_(pa.string())),
+    ("reason", pa.string()),
+    ("superseded_by", pa.string()),
+    ("retracted_at", pa.timestamp("us", tz="UTC")),
+    ("retracted_by", pa.string()),
+])  # fmt: skip
+
+
+def retractions_dir(results: Path) -> Path:
+    return Path(results) / "retractions"
+
+
+def resolve_target(results: Path, target: str) -> tuple[str, str, list[str]]:
+    """(kind, canonical target, run ids) of a run id, a sweep id or a file."""
+    results = Path(results)
+    if run_file_of(results, target):
+        return "run", target, [target]
+    runs = stored_run_ids(results, target) if (results / "runs" / f"sweep={target}").is_dir() else set()
+    if runs:
+        return "sweep", target, sorted(runs)
+    path = Path(target)
+    candidates = [path, results / path] if not path.is_absolute() else [path]
+    for candidate in candidates:
+        if candidate.is_file():
+            resolved = candidate.resolve()
+            try:
+                inside = resolved.relative_to(results.resolve())
+            except ValueError:
+                raise OmniError(f"{target} is not under {results}: only results files can be retracted") from None
+            if resolved.suffix != ".parquet" or inside.parts[0] != "runs":
+                raise OmniError(f"{target} is not a run file (results/runs/sweep=*/RUN_ID.parquet)")
+            frame = pq.read_table(resolved, columns=["run_id"]).column("run_id").to_pylist()
+            return "file", str(inside), frame
+    raise OmniError(
+        f"{target!r} is no run id, sweep id or run file under {results}: "
+        f"list sweeps with ls {results / 'runs'}, runs with omni table SWEEP_ID"
+    )
+
+
+def retract(results: Path, target: str, reason: str, superseded_by: str | None = None) -> Path:
+    """Append one retraction; returns its file. Nothing else is touched."""
+    if not reason or not reason.strip():
+        raise OmniError("a retraction needs a reason (--reason '...'): say what is wrong with the result")
+    kind, canonical, run_ids = resolve_target(results, target)
+    if superseded_by is not None:
+        resolve_target(results, superseded_by)  # must exist: a pointer to nothing helps no one
+    now = datetime.now(timezone.utc)
+    rid = f"{now:%Y%m%dT%H%M%S}-{secrets.token_hex(3)}"
+    row = {
+        "retraction_id": rid, "target_kind": kind, "target": canonical, "run_ids": run_ids,
+        "reason": reason.strip(), "superseded_by": superseded_by, "retracted_at": now,
+        "retracted_by": f"{getpass.getuser()}@{socket.gethostname()}",
+    }  # fmt: skip
+    folder = retractions_dir(results)
+    folder.mkdir(parents=True, exist_ok=True)
+    final = folder / f"{rid}.parquet"
+    temp = folder / f".{rid}.tmp"
+    pq.write_table(pa.Table.from_pylist([row], schema=SCHEMA), temp)
+    os.link(temp, final)  # never replaces an existing retraction
+    temp.unlink()
+    return final
+
+
+def load_retractions(results: Path) -> pd.DataFrame:
+    files = sorted(p for p in retractions_dir(results).glob("*.parquet") if not p.name.startswith("."))
+    if not files:
+        return SCHEMA.empty_table().to_pandas()
+    return pa.concat_tables([pq.read_table(p, schema=SCHEMA) for p in files]).to_pandas()
+
+
+def retracted_runs(results: Path) -> dict[str, str]:
+    """run id -> reason (the first retraction that named it)."""
+    out: dict[str, str] = {}
+    for row in load_retractions(results).itertuples():
+        for run_id in row.run_ids:
+            out.setdefault(run_id, row.reason)
+    return out
+
+
+__all__ = ["load_retractions", "retract", "retracted_runs", "resolve_target"]

@@ -1,0 +1,379 @@
+"""From stored rows to conclusions: per-arm summaries, verdicts against the
+baseline, sweep-to-sweep comparisons, nightly regressions, host noise floors.
+
+This is the I/O side (rows, retractions, calibrations, spec copies); the
+arithmetic is :mod:`omni.stats`. Retracted runs are left out unless asked
+for, and every summary says how many it left out.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import socket
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from omni.errors import OmniError
+from omni.retract import retracted_runs
+from omni.spec import load_spec
+from omni.stats import DEFAULT_FLOORS, EFFECT_IN_FLOORS, MAD_TO_SIGMA, Comparison, Summary, compare, passes_needed, summarize
+from omni.store import COLUMNS, COLUMNS_BY_NAME, load_runs
+
+MEMORY_UNITS = ("MiB", "B")
+# rows carry these rules from the runner; a comparison over such rows warns
+ROW_RULES = ("context_len_unset", "prompt_len_le_1", "forced_busy", "teardown_crash", "placement_simulated")
+
+
+def metric_columns() -> list[str]:
+    """Metrics the registry says which way is better: the ones summaries judge."""
+    return [c.name for c in COLUMNS if c.group == "metrics" and c.better]
+
+
+def default_floor(metric: str) -> float:
+    unit = COLUMNS_BY_NAME[metric].unit
+    return DEFAULT_FLOORS["memory"] if unit in MEMORY_UNITS else DEFAULT_FLOORS["time"]
+
+
+# --- host noise floors (omni calibrate) ---
+
+
+def calibrations_dir(results: Path, host: str) -> Path:
+    return Path(results) / "calibrations" / host
+
+
+def latest_calibration(results: Path, host: str | None = None) -> dict | None:
+    files = sorted(calibrations_dir(results, host or socket.gethostname()).glob("*.json"))
+    return json.loads(files[-1].read_text()) if files else None
+
+
+def floors_for(results: Path, host: str | None, metrics: list[str]) -> dict[str, tuple[float, str]]:
+    """metric -> (floor, where it came from): this host's calibration, else the default."""
+    calibration = latest_calibration(results, host) or {}
+    measured = calibration.get("floors", {})
+    out = {}
+    for metric in metrics:
+        if measured.get(metric) is not None:
+            out[metric] = (float(measured[metric]), f"calibrated {calibration['calibrated_at']} ({calibration['sweep_id']})")
+        else:
+            out[metric] = (default_floor(metric), "default")
+    return out
+
+
+def pooled_cv(frame: pd.DataFrame, metric: str) -> tuple[float | None, int]:
+    """Robust relative noise of one run, pooled over arms: each value's
+    deviation from its own arm's median, relative to that median."""
+    deviations = []
+    for _arm, values in frame.groupby("arm")[metric]:
+        real = values.dropna().to_numpy(dtype=float)
+        if len(real) >= 2 and np.median(real) != 0:
+            deviations.extend(np.abs(real / np.median(real) - 1))
+    if len(deviations) < 3:
+        return None, len(deviations)
+    return MAD_TO_SIGMA * float(np.median(deviations)), len(deviations)
+
+
+def write_calibration(results: Path, sweep_id: str, include_retracted: bool = False) -> Path:
+    """Measure this host's floors from an A/A sweep (identical arms) and store them."""
+    frame = ok_rows(results, sweep_id, include_retracted)[0]
+    if frame.empty:
+        raise OmniError(f"sweep {sweep_id} has no ok runs to calibrate from")
+    host = str(frame["host"].iloc[0])
+    configs = {json.dumps({k: v for k, v in json.loads(a).items() if k != "name"}, sort_keys=True)
+               for a in frame["arm_json"]}  # fmt: skip
+    if len(configs) > 1:
+        raise OmniError(
+            f"sweep {sweep_id} is no A/A sweep: its arms differ in more than their names, so their "
+            "spread is not noise; calibrate with identical arms (arms/calibrate-synthetic.yaml)"
+        )
+    floors, counts = {}, {}
+    for metric in metric_columns():
+        cv, n = pooled_cv(frame, metric)
+        if cv is not None:
+            floors[metric], counts[metric] = max(cv, 1e-4), n
+    now = datetime.now(timezone.utc)
+    record = {"host": host, "sweep_id": sweep_id, "calibrated_at": now.isoformat(timespec="seconds"),
+              "floors": floors, "values_per_floor": counts}  # fmt: skip
+    folder = calibrations_dir(results, host)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{now:%Y%m%dT%H%M%S}-{sweep_id}.json"
+    path.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+    return path
+
+
+# --- rows ---
+
+
+def ok_rows(results: Path, sweep_id: str, include_retracted: bool = False) -> tuple[pd.DataFrame, pd.DataFrame, int]:
+    """(ok rows, all rows, retracted rows left out) of one sweep."""
+    frame = load_runs(Path(results), sweep_id=sweep_id)
+    if frame.empty:
+        raise OmniError(f"no rows for sweep {sweep_id!r} under {Path(results) / 'runs'}; list them with ls {Path(results) / 'runs'}")
+    excluded = 0
+    if not include_retracted:
+        withdrawn = retracted_runs(Path(results))
+        keep = ~frame["run_id"].isin(withdrawn)
+        excluded = int((~keep).sum())
+        frame = frame[keep]
+    frame = frame.sort_values("order_index")
+    return frame[frame["status"] == "ok"], frame, excluded
+
+
+def baseline_of(results: Path, sweep_id: str, arms: list[str]) -> str | None:
+    """The spec's baseline arm, from the sweep's own spec copy; else the first arm."""
+    folder = Path(results) / "sweeps" / sweep_id
+    copies = sorted(folder.glob("spec.*"))
+    if copies:
+        baseline = load_spec(copies[0]).sweep.baseline_arm
+        if baseline in arms:
+            return baseline
+    return arms[0] if arms else None
+
+
+# --- a sweep ---
+
+
+@dataclass(frozen=True)
+class Judged:
+    """One arm's comparison on one metric, or why there is none."""
+
+    comparison: Comparison | None
+    refused: str | None = None
+    warnings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class SweepSummary:
+    sweep_id: str
+    sweep_name: str
+    baseline: str | None
+    arms: tuple[str, ...]
+    metrics: tuple[str, ...]
+    floors: dict[str, tuple[float, str]]
+    cells: dict[tuple[str, str], Summary]
+    judged: dict[tuple[str, str], Judged]  # arm != baseline
+    runs: dict[str, int]
+    ok: dict[str, int]
+    excluded: int
+    warnings: tuple[str, ...] = field(default_factory=tuple)
+    values: dict[tuple[str, str], list[float]] = field(default_factory=dict)
+
+
+def _values(frame: pd.DataFrame, arm: str, metric: str) -> list[float]:
+    return [float(v) for v in frame.loc[frame["arm"] == arm, metric].dropna()]
+
+
+def _row_warnings(frame: pd.DataFrame, arm: str) -> list[str]:
+    rules = [r for rules in frame.loc[frame["arm"] == arm, "warning_rules"] for r in (rules if rules is not None else [])]
+    return [f"{arm}: {rules.count(r)} run(s) with {r}" for r in dict.fromkeys(rules) if r in ROW_RULES]
+
+
+def _mmap_modes(frame: pd.DataFrame, arm: str) -> set:
+    return {None if pd.isna(v) else bool(v) for v in frame.loc[frame["arm"] == arm, "mmap"]}
+
+
+def judge(base: pd.DataFrame, other: pd.DataFrame, base_arm: str, arm: str, metric: str, floor: float) -> Judged:
+    """Compare ``arm`` (rows ``other``) with ``base_arm`` (rows ``base``) on one metric."""
+    warnings = tuple(_row_warnings(base, base_arm) + _row_warnings(other, arm))
+    if COLUMNS_BY_NAME[metric].unit in MEMORY_UNITS:
+        modes = _mmap_modes(base, base_arm) | _mmap_modes(other, arm)
+        if len(modes - {None}) > 1:
+            return Judged(None, "refused: mixed mmap modes (mmap weights are file pages, not RssAnon)", warnings)
+    result = compare(_values(base, base_arm, metric), _values(other, arm, metric),
+                     better=COLUMNS_BY_NAME[metric].better, floor=floor)  # fmt: skip
+    return Judged(result, None, warnings)
+
+
+def summarize_sweep(results: Path, sweep_id: str, include_retracted: bool = False) -> SweepSummary:
+    ok, frame, excluded = ok_rows(results, sweep_id, include_retracted)
+    arms = list(dict.fromkeys(frame["arm"]))
+    metrics = [m for m in metric_columns() if ok[m].notna().any()]
+    host = str(frame["host"].dropna().iloc[0]) if frame["host"].notna().any() else None
+    floors = floors_for(results, host, metrics)
+    baseline = baseline_of(results, sweep_id, arms)
+    cells, judged, values = {}, {}, {}
+    for arm in arms:
+        for metric in metrics:
+            values[(arm, metric)] = _values(ok, arm, metric)
+            cells[(arm, metric)] = summarize(values[(arm, metric)])
+            if baseline and arm != baseline:
+                judged[(arm, metric)] = judge(ok, ok, baseline, arm, metric, floors[metric][0])
+    short: dict[tuple[int, float, str], list[str]] = {}
+    for metric in metrics:
+        floor, source = floors[metric]
+        need = passes_needed(EFFECT_IN_FLOORS * floor, floor)
+        if min((cells[(a, metric)].n for a in arms), default=0) < need:
+            short.setdefault((need, floor, source), []).append(metric)
+    have = min((cells[(a, m)].n for a in arms for m in metrics), default=0)
+    warnings = [
+        f"too_few_passes: {have} ok run(s) per arm at least; resolving {EFFECT_IN_FLOORS:g} x the noise floor "
+        f"({floor:.1%}, {source}) with 95 % confidence and 80 % power needs {need} for {', '.join(names)}"
+        for (need, floor, source), names in short.items()
+    ]
+    return SweepSummary(
+        sweep_id=sweep_id, sweep_name=str(frame["sweep_name"].iloc[0]), baseline=baseline, arms=tuple(arms),
+        metrics=tuple(metrics), floors=floors, cells=cells, judged=judged,
+        runs={a: int((frame["arm"] == a).sum()) for a in arms}, ok={a: int((ok["arm"] == a).sum()) for a in arms},
+        excluded=excluded, warnings=tuple(warnings), values=values,
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class SweepComparison:
+    before: str
+    after: str
+    arms: tuple[str, ...]
+    metrics: tuple[str, ...]
+    judged: dict[tuple[str, str], Judged]
+    config_changes: dict[str, str]
+    excluded: int
+
+
+def compare_sweeps(results: Path, before: str, after: str, include_retracted: bool = False) -> SweepComparison:
+    """Each arm of ``after`` against the same-named arm of ``before``."""
+    a_ok, a_all, a_ex = ok_rows(results, before, include_retracted)
+    b_ok, b_all, b_ex = ok_rows(results, after, include_retracted)
+    arms = [arm for arm in dict.fromkeys(b_all["arm"]) if arm in set(a_all["arm"])]
+    if not arms:
+        raise OmniError(f"sweeps {before} and {after} share no arm name; compare needs the same arms")
+    metrics = [m for m in metric_columns() if a_ok[m].notna().any() and b_ok[m].notna().any()]
+    host = str(b_all["host"].iloc[0])
+    floors = floors_for(results, host, metrics)
+    judged = {(arm, m): judge(a_ok, b_ok, arm, arm, m, floors[m][0]) for arm in arms for m in metrics}
+    changes = {}
+    for arm in arms:
+        old = json.loads(a_all.loc[a_all["arm"] == arm, "arm_json"].iloc[0])
+        new = json.loads(b_all.loc[b_all["arm"] == arm, "arm_json"].iloc[0])
+        diff = _diff(old, new)
+        if diff:
+            changes[arm] = ", ".join(diff)
+    return SweepComparison(before, after, tuple(arms), tuple(metrics), judged, changes, a_ex + b_ex)
+
+
+def _diff(old: dict, new: dict, prefix: str = "") -> list[str]:
+    out = []
+    for key in sorted(set(old) | set(new)):
+        a, b = old.get(key), new.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += _diff(a, b, f"{prefix}{key}.")
+        elif a != b:
+            out.append(f"{prefix}{key} {a!r} -> {b!r}")
+    return out
+
+
+# --- nightly regressions ---
+
+
+@dataclass(frozen=True)
+class Change:
+    """An arm's metric in one sweep against the sweeps before it."""
+
+    arm: str
+    metric: str
+    sweep_id: str
+    kind: str  # regression | improvement
+    z: float
+    ratio: float
+    median: float
+    history_mean: float
+    history_sweeps: tuple[str, ...]
+    run_ids: tuple[str, ...]
+    history_run_ids: tuple[str, ...]
+
+
+def nightly_changes(
+    results: Path, sweep_name: str, window: int = 10, threshold: float = 3.0, min_history: int = 3,
+    include_retracted: bool = False,
+) -> tuple[list[Change], list[str]]:
+    """Lookback z-score (conbench-style): each sweep's per-arm median against
+    the mean of up to ``window`` earlier sweeps' medians of the same spec.
+
+    The spread of the history is floored at what the metric's noise floor
+    implies for a median of that many passes, so a history that happened to be
+    quiet cannot turn a wiggle into a regression. Returns the changes and the
+    sweep ids in time order.
+    """
+    frame = load_runs(Path(results))
+    frame = frame[(frame["sweep_name"] == sweep_name) & (frame["status"] == "ok")]
+    if not include_retracted:
+        frame = frame[~frame["run_id"].isin(retracted_runs(Path(results)))]
+    if frame.empty:
+        raise OmniError(f"no ok runs of sweeps named {sweep_name!r} under {results}")
+    order = frame.groupby("sweep_id")["started_at"].min().sort_values().index.tolist()
+    metrics = [m for m in metric_columns() if frame[m].notna().any()]
+    host = str(frame["host"].iloc[-1])
+    floors = floors_for(results, host, metrics)
+    changes = []
+    for (arm, metric), group in ((k, g) for k, g in _by_arm_metric(frame, metrics)):
+        per_sweep = {s: g for s, g in group.groupby("sweep_id")}
+        sweeps = [s for s in order if s in per_sweep]
+        for i, sweep_id in enumerate(sweeps):
+            history = sweeps[max(0, i - window) : i]
+            if len(history) < min_history:
+                continue
+            medians = np.array([per_sweep[s][metric].median() for s in history])
+            current = per_sweep[sweep_id]
+            med, mean = float(current[metric].median()), float(medians.mean())
+            floor_sd = floors[metric][0] * abs(mean) * 1.2533 / math.sqrt(max(1, len(current)))
+            sd = max(float(medians.std(ddof=1)), floor_sd)
+            z = (med - mean) / sd if sd > 0 else 0.0
+            if abs(z) < threshold:
+                continue
+            higher_is_better = COLUMNS_BY_NAME[metric].better == "higher"
+            kind = "improvement" if (z > 0) == higher_is_better else "regression"
+            changes.append(Change(
+                arm, metric, sweep_id, kind, z, med / mean if mean else math.nan, med, mean, tuple(history),
+                tuple(current["run_id"]), tuple(r for s in history for r in per_sweep[s]["run_id"]),
+            ))  # fmt: skip
+    return changes, order
+
+
+def sweep_history(results: Path, summary: SweepSummary, include_retracted: bool = False) -> dict:
+    """Per-sweep medians of every sweep of the same spec name up to this one,
+    and the nightly changes among them (for the report's trend plots)."""
+    try:
+        changes, order = nightly_changes(results, summary.sweep_name, include_retracted=include_retracted)
+    except OmniError:
+        return {"points": {}, "changes": []}
+    if len(order) < 2:
+        return {"points": {}, "changes": []}
+    order = order[: order.index(summary.sweep_id) + 1] if summary.sweep_id in order else order
+    frame = load_runs(Path(results), columns=["sweep_id", "sweep_name", "arm", "status", "run_id", *summary.metrics])
+    frame = frame[(frame["sweep_name"] == summary.sweep_name) & (frame["status"] == "ok")]
+    if not include_retracted:
+        frame = frame[~frame["run_id"].isin(retracted_runs(Path(results)))]
+    points = {}
+    for arm in summary.arms:
+        for metric in summary.metrics:
+            rows = frame[frame["arm"] == arm]
+            medians = rows.groupby("sweep_id")[metric].median()
+            points[(arm, metric)] = [(s, float(medians[s]), summary.floors[metric][0])
+                                     for s in order if s in medians and not math.isnan(medians[s])]  # fmt: skip
+    return {"points": points, "changes": [c for c in changes if c.sweep_id in order]}
+
+
+def _by_arm_metric(frame: pd.DataFrame, metrics: list[str]):
+    for arm, rows in frame.groupby("arm"):
+        for metric in metrics:
+            yield (arm, metric), rows[["sweep_id", "run_id", metric]].dropna()
+
+
+def as_json(summary: SweepSummary) -> dict:
+    """A JSON-ready form of a summary (results/summaries/<sweep>.json)."""
+    return {
+        "sweep_id": summary.sweep_id, "sweep_name": summary.sweep_name, "baseline": summary.baseline,
+        "excluded_retracted": summary.excluded, "warnings": list(summary.warnings),
+        "floors": {m: {"floor": f, "source": s} for m, (f, s) in summary.floors.items()},
+        "arms": {arm: {"runs": summary.runs[arm], "ok": summary.ok[arm],
+                       "metrics": {m: asdict(summary.cells[(arm, m)]) for m in summary.metrics}}
+                 for arm in summary.arms},
+        "against_baseline": [
+            {"arm": arm, "metric": m, "refused": j.refused, "warnings": list(j.warnings),
+             **(asdict(j.comparison) if j.comparison else {})}
+            for (arm, m), j in summary.judged.items()
+        ],
+    }  # fmt: skip
