@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from omni.errors import OmniError
-from omni.store import run_file_of, stored_run_ids
+from omni.store import load_runs, run_file_of, stored_run_ids
 
 SCHEMA = pa.schema([
     ("retraction_id", pa.string()),
@@ -45,9 +45,9 @@ def resolve_target(results: Path, target: str) -> tuple[str, str, list[str]]:
     results = Path(results)
     if run_file_of(results, target):
         return "run", target, [target]
-    runs = stored_run_ids(results, target) if (results / "runs" / f"sweep={target}").is_dir() else set()
-    if runs:
-        return "sweep", target, sorted(runs)
+    if stored_run_ids(results, target):
+        frame = load_runs(results, sweep_id=target, columns=["run_id"])
+        return "sweep", target, sorted(frame["run_id"])
     path = Path(target)
     candidates = [path, results / path] if not path.is_absolute() else [path]
     for candidate in candidates:
@@ -98,6 +98,27 @@ def load_retractions(results: Path) -> pd.DataFrame:
     return pa.concat_tables([pq.read_table(p, schema=SCHEMA) for p in files]).to_pandas()
 
 
+def exclusions(results: Path) -> tuple[set[Path], set[str]]:
+    """What a fast scan leaves out: whole files (a retracted sweep's, a
+    retracted file, a run's own file), and run ids still to filter row by row
+    (a run retracted inside a file that holds other runs too)."""
+    results = Path(results)
+    files: set[Path] = set()
+    rows: set[str] = set()
+    for row in load_retractions(results).itertuples():
+        if row.target_kind == "sweep":
+            files.update(p for p in (results / "runs" / f"sweep={row.target}").glob("*.parquet"))
+        elif row.target_kind == "file":
+            files.add(results / row.target)
+        else:
+            own = run_file_of(results, row.target)
+            if own is not None:
+                files.add(own)
+            else:
+                rows.update(row.run_ids)
+    return files, rows
+
+
 def retracted_runs(results: Path) -> dict[str, str]:
     """run id -> reason (the first retraction that named it)."""
     out: dict[str, str] = {}
@@ -107,4 +128,4 @@ def retracted_runs(results: Path) -> dict[str, str]:
     return out
 
 
-__all__ = ["load_retractions", "retract", "retracted_runs", "resolve_target"]
+__all__ = ["exclusions", "load_retractions", "retract", "retracted_runs", "resolve_target"]

@@ -207,6 +207,9 @@ class SyntheticParams(_SpecModel):
     procs: int = Field(1, ge=1, le=64)  # main process + procs-1 children
     work_per_token: int = Field(20000, ge=0)  # busy-loop iterations per token per sequence
     prefill_work_per_token: int = Field(2000, ge=0)
+    # seconds each decode step waits (not CPU): a decode speed this host's CPU
+    # frequency swings cannot move, for tests of the statistics themselves
+    step_sleep_ms: float = Field(0.0, ge=0)
     load_s: float = Field(0.0, ge=0)  # extra seconds spent "loading"
     hold_s: float = Field(0.3, ge=0)  # seconds holding memory after generating
     crash: bool = False  # die with an uncaught error after load

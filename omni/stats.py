@@ -204,7 +204,9 @@ def compare(
         verdict = "within noise"
     else:
         verdict = "inconclusive"
-        needed = passes_needed(abs(ratio - 1), floor, confidence)
+        # sized at the noise seen here when it is worse than the floor says
+        seen = MAD_TO_SIGMA * float(np.median(np.abs(np.r_[b / np.median(b), o / np.median(o)] - 1)))
+        needed = passes_needed(abs(ratio - 1), max(floor, seen), confidence)
     return Comparison(int(b.size), int(o.size), ratio, low, high, floor, verdict, needed)
 
 

@@ -26,6 +26,7 @@ from typing import Any, Literal, NoReturn
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from omni.errors import OmniError
@@ -433,7 +434,7 @@ def _v1_to_v2(table: pa.Table) -> pa.Table:
 UPGRADES: dict[int, Callable[[pa.Table], pa.Table]] = {1: _v1_to_v2}
 
 
-def upgrade_table(table: pa.Table) -> pa.Table:
+def upgrade_table(table: pa.Table, columns: list[str] | None = None) -> pa.Table:
     """Bring a table written with any earlier schema_version to the current one.
 
     Applies each upgrade in turn, then conforms the table to :func:`schema`:
@@ -448,7 +449,7 @@ def upgrade_table(table: pa.Table) -> pa.Table:
         )
     for step in range(version, SCHEMA_VERSION):
         table = UPGRADES[step](table)
-    return _conform(table)
+    return _conform(table, columns)
 
 
 def _version_of(table: pa.Table) -> int:
@@ -460,7 +461,7 @@ def _version_of(table: pa.Table) -> int:
     return versions.pop() if versions else 1
 
 
-def _conform(table: pa.Table) -> pa.Table:
+def _conform(table: pa.Table, columns: list[str] | None = None) -> pa.Table:
     unknown = [name for name in table.column_names if name not in COLUMNS_BY_NAME]
     if unknown:
         raise OmniError(
@@ -469,7 +470,8 @@ def _conform(table: pa.Table) -> pa.Table:
         )
     rows = table.num_rows
     arrays = []
-    for col in COLUMNS:
+    wanted = COLUMNS if columns is None else [COLUMNS_BY_NAME[c] for c in columns]
+    for col in wanted:
         if col.name == "schema_version":
             arrays.append(pa.array([SCHEMA_VERSION] * rows, col.type))
         elif col.name in table.column_names:
@@ -477,10 +479,13 @@ def _conform(table: pa.Table) -> pa.Table:
         else:
             arrays.append(pa.nulls(rows, col.type))
     arrays = [a if isinstance(a, pa.ChunkedArray) else pa.chunked_array([a]) for a in arrays]
-    return pa.Table.from_arrays(arrays, schema=schema())
+    full = schema()
+    return pa.Table.from_arrays(arrays, schema=pa.schema([full.field(c.name) for c in wanted], metadata=full.metadata))
 
 
 def _cast(values: pa.ChunkedArray, col: Column) -> pa.ChunkedArray:
+    if pa.types.is_dictionary(values.type) and values.type.value_type == col.type:
+        return values  # read_table(dictionary=True): stays encoded
     try:
         return values.cast(col.type)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as err:
@@ -508,26 +513,88 @@ def load_runs(results_dir: Path, sweep_id: str | None = None, columns: list[str]
         unknown = [c for c in columns if c not in COLUMNS_BY_NAME]
         if unknown:
             raise OmniError(f"unknown column(s) {unknown}; see omni.store.COLUMNS")
+    return read_table(results_dir, sweep_id, columns).to_pandas(types_mapper=_PANDAS_TYPES.get)
+
+
+# Few distinct values per column: read_table(dictionary=True) keeps them
+# dictionary-encoded, three times faster to read than plain strings.
+CATEGORICAL = ("sweep_id", "sweep_name", "arm", "status", "engine", "engine_env", "model", "host",
+               "dtype", "quantization", "compile_mode", "binding_method")  # fmt: skip
+
+
+def read_table(
+    results_dir: Path, sweep_id: str | None = None, columns: list[str] | None = None, dictionary: bool = False
+) -> pa.Table:
+    """:func:`load_runs` as an Arrow table; files are read on a thread pool
+    (Parquet decoding releases the GIL), each upgraded on its own.
+    ``dictionary`` keeps the :data:`CATEGORICAL` columns dictionary-encoded."""
+    from concurrent.futures import ThreadPoolExecutor
+
     files = _run_files(results_dir) if sweep_id is None else sorted(
         p for p in _sweep_dir(results_dir, sweep_id).glob("*.parquet") if not p.name.startswith((".", "_"))
     )
-    tables = [_read_run_file(path, columns) for path in files]
-    table = pa.concat_tables(tables) if tables else schema().empty_table()
-    if columns is not None and not tables:
-        table = table.select(columns)
-    return table.to_pandas(types_mapper=_PANDAS_TYPES.get)
+    with ThreadPoolExecutor(max_workers=min(8, (os.cpu_count() or 1) + 1)) as pool:
+        tables = list(pool.map(lambda path: _read_run_file(path, columns, dictionary), files))
+    if tables:
+        return pa.concat_tables(tables)
+    empty = schema().empty_table()
+    return empty if columns is None else empty.select(columns)
 
 
-def _read_run_file(path: Path, columns: list[str] | None = None) -> pa.Table:
+def scan(results_dir: Path, columns: list[str], skip: set[Path] = frozenset()) -> pa.Table:
+    """Many files fast: one multi-threaded Arrow dataset scan of ``columns``
+    over every run file not in ``skip``, the :data:`CATEGORICAL` ones
+    dictionary-encoded. Files of an older schema version (or that the
+    dataset cannot read as the current schema) go through :func:`read_table`'s
+    per-file upgrade instead."""
+    import pyarrow.dataset as ds
+
+    files = [p for p in _run_files(results_dir) if p not in skip]
+    full = schema()
+    encoded = pa.schema(
+        [pa.field(f.name, pa.dictionary(pa.int32(), f.type)) if f.name in CATEGORICAL else f for f in full],
+        metadata=full.metadata,
+    )
+    fmt = ds.ParquetFileFormat(read_options=ds.ParquetReadOptions(dictionary_columns=list(CATEGORICAL)))
     try:
-        table = pq.ParquetFile(path).read()
+        table = ds.dataset([str(p) for p in files], format=fmt, schema=encoded).to_table(
+            columns=[*columns, "schema_version"], batch_size=1 << 20
+        )
+        versions = pc.unique(table["schema_version"]).to_pylist()
+    except (pa.ArrowException, OSError):
+        versions = None
+    if versions is None or any(v != SCHEMA_VERSION for v in versions):
+        tables = [_read_run_file(p, columns, dictionary=True) for p in files]
+        return pa.concat_tables(tables, promote_options="permissive") if tables else encoded.empty_table().select(columns)
+    return table.select(columns)
+
+
+def _open(path: Path, dictionary: bool) -> pq.ParquetFile:
+    if not dictionary:
+        return pq.ParquetFile(path)
+    try:
+        return pq.ParquetFile(path, read_dictionary=list(CATEGORICAL))
+    except KeyError:  # an old file lacking some of them
+        present = set(pq.ParquetFile(path).schema_arrow.names)
+        return pq.ParquetFile(path, read_dictionary=[c for c in CATEGORICAL if c in present])
+
+
+def _read_run_file(path: Path, columns: list[str] | None = None, dictionary: bool = False) -> pa.Table:
+    """One file, upgraded; with ``columns``, only those are read (upgrades see
+    the projected table: one that derives a column from others must ask for them)."""
+    try:
+        parquet = _open(path, dictionary)
+        if columns is None:
+            table = parquet.read()
+        else:
+            wanted = {*columns, "schema_version"}
+            table = parquet.read(columns=[n for n in parquet.schema_arrow.names if n in wanted])
     except (OSError, pa.ArrowException) as err:
         raise OmniError(f"cannot read run file {path}: {err}; move it aside to go on")
     try:
-        table = upgrade_table(table)
+        return upgrade_table(table, columns)
     except OmniError as err:
         raise OmniError(f"{path}: {err}") from None
-    return table if columns is None else table.select(columns)
 
 
 def run_file_of(results_dir: Path, run_id: str) -> Path | None:
@@ -547,7 +614,9 @@ __all__ = [
     "UPGRADES",
     "list_temp_files",
     "load_runs",
+    "read_table",
     "run_file_of",
+    "scan",
     "run_path",
     "schema",
     "stored_run_ids",

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install whatever is missing, idempotently: Debian numactl and PostgreSQL, the orchestrator
+# Install whatever is missing, idempotently: Debian numactl, PostgreSQL and Chromium, the orchestrator
 # venv (.venv) and omni in it. Safe to run any number of times; fast when
 # nothing changed (the venv is keyed by a hash of pyproject.toml).
 set -euo pipefail
@@ -9,14 +9,16 @@ PYTHON=${PYTHON:-python3.11}
 command -v "$PYTHON" >/dev/null || PYTHON=python3
 
 # numactl pins runs; PostgreSQL backs the Prefect server of `omni stack up`
-# (the docker-compose stack without containers, which the tests start).
+# (the docker-compose stack without containers, which the tests start);
+# Chromium renders the HTML report headless in a test.
 missing=()
 command -v numactl >/dev/null || missing+=(numactl)
 command -v pg_ctlcluster >/dev/null || missing+=(postgresql)
+command -v chromium >/dev/null || missing+=(chromium)  # renders the HTML report in a test
 if [ ${#missing[@]} -gt 0 ]; then
   echo "bootstrap: installing ${missing[*]} (Debian packages)"
   if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
-  $SUDO apt-get install -y -q "${missing[@]}" >/dev/null 2>&1 || {
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >/dev/null 2>&1 || {
     $SUDO apt-get update -q >/dev/null
     $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >/dev/null
   }

@@ -100,6 +100,8 @@ def generate(arm: dict, params: dict) -> dict:
     for step in range(max_tokens):
         for _ in range(batch):
             burn(params["work_per_token"])
+        if params.get("step_sleep_ms"):
+            time.sleep(params["step_sleep_ms"] / 1000)  # a step that waits, as on memory or a device
         if step == 0:
             first_token_s = time.perf_counter() - t0
     decode_s = time.perf_counter() - t1

@@ -1,0 +1,214 @@
+"""Summaries over stored rows: retraction, calibration, verdicts, nightly
+regressions, provenance and the HTML report (rendered in headless Chromium)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+import yaml
+from PIL import Image
+
+from omni.errors import OmniError
+from omni.report import html_report
+from omni.retract import load_retractions, retract
+from omni.runner import validity_rules
+from omni.spec import Arm
+from omni.store import write_run
+from omni.summary import compare_sweeps, nightly_changes, summarize_sweep, sweep_history, write_calibration
+from tests.test_cli import omni
+
+T0 = datetime(2026, 11, 1, tzinfo=timezone.utc)
+
+
+def store_sweep(results: Path, sweep_id: str, arms: dict[str, list[float]], *, name: str = "s", day: int = 0,
+                memory: float = 100.0, extra: dict | None = None) -> list[str]:  # fmt: skip
+    """Rows as a sweep would store them: decode_tok_s values per arm, fixed memory."""
+    run_ids = []
+    order = 0
+    for arm, values in arms.items():
+        config = {"name": arm, "engine": "synthetic", **(extra or {}).get(arm, {})}
+        for pass_index, value in enumerate(values):
+            run_id = hashlib.sha256(f"{sweep_id}{arm}{pass_index}".encode()).hexdigest()[:16]
+            write_run(results, {
+                "run_id": run_id, "sweep_id": sweep_id, "sweep_name": name, "status": "ok", "arm": arm,
+                "pass_index": pass_index, "order_index": order, "host": "fixture-host", "engine": "synthetic",
+                "arm_json": json.dumps(config, sort_keys=True), "decode_tok_s": value,
+                "rss_anon_steady_mb": memory, "mmap": False,
+                "started_at": T0 + timedelta(days=day, seconds=order), "finished_at": T0 + timedelta(days=day, seconds=order + 1),
+            })  # fmt: skip
+            run_ids.append(run_id)
+            order += 1
+    return run_ids
+
+
+def file_digests(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_retracting_a_run_changes_the_summary_and_no_file(tmp_path):
+    ids = store_sweep(tmp_path, "sw1", {"a": [100, 101, 99, 100, 100], "b": [100, 100, 60, 101, 99]})
+    before = summarize_sweep(tmp_path, "sw1")
+    assert before.cells[("b", "decode_tok_s")].n == 5 and before.excluded == 0
+    runs = file_digests(tmp_path / "runs")
+    path = retract(tmp_path, ids[7], "thermal throttling on that pass", superseded_by=ids[8])
+    assert file_digests(tmp_path / "runs") == runs, "a run file changed"
+    after = summarize_sweep(tmp_path, "sw1")
+    assert after.cells[("b", "decode_tok_s")].n == 4 and after.excluded == 1
+    assert after.cells[("b", "decode_tok_s")].min == 99
+    assert summarize_sweep(tmp_path, "sw1", include_retracted=True).cells[("b", "decode_tok_s")].n == 5
+    table = load_retractions(tmp_path)
+    assert table.iloc[0][["target_kind", "target", "superseded_by"]].tolist() == ["run", ids[7], ids[8]]
+    assert path.parent.name == "retractions"
+    retract(tmp_path, "sw1", "wrong model digest")  # a whole sweep, appended beside the first
+    assert len(load_retractions(tmp_path)) == 2 and file_digests(tmp_path / "runs") == runs
+    with pytest.raises(OmniError, match="all 10 run"):
+        summarize_sweep(tmp_path, "sw1")
+
+
+@pytest.mark.parametrize(
+    "target, reason, superseded, message",
+    [
+        ("nope", "r", None, "is no run id, sweep id or run file"),
+        ("sw1", " ", None, "needs a reason"),
+        ("sw1", "r", "nothing-here", "is no run id"),
+    ],
+)
+def test_bad_retractions_say_what_to_do(tmp_path, target, reason, superseded, message):
+    store_sweep(tmp_path, "sw1", {"a": [1, 2, 3]})
+    with pytest.raises(OmniError, match=message):
+        retract(tmp_path, target, reason, superseded)
+    assert not (tmp_path / "retractions").exists()
+
+
+def test_a_file_can_be_retracted_by_path_and_the_cli_says_so(tmp_path):
+    ids = store_sweep(tmp_path, "sw1", {"a": [1, 2, 3]})
+    file = tmp_path / "runs" / "sweep=sw1" / f"{ids[0]}.parquet"
+    done = omni("retract", str(file), "--reason", "bad", "--results", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert f"retracted file runs/sweep=sw1/{ids[0]}.parquet (1 run(s)): bad" in done.stdout
+    shown = omni("provenance", ids[0], "--results", str(tmp_path))
+    assert shown.returncode == 0 and "RETRACTED: bad" in shown.stdout and "fixture-host" in shown.stdout
+
+
+def test_calibration_sets_the_floor_and_refuses_a_sweep_that_is_not_a_a(tmp_path):
+    store_sweep(tmp_path, "aa", {"a": [100, 102, 98, 101, 99], "b": [100, 101, 99, 103, 97]})
+    record = json.loads(write_calibration(tmp_path, "aa").read_text())
+    # deviations from each arm's median: |x/100 - 1| = 0, .02, .02, .01, .01, 0, .01, .01, .03, .03 -> median .01
+    assert record["floors"]["decode_tok_s"] == pytest.approx(1.4826 * 0.01)
+    assert record["host"] == "fixture-host"
+    store_sweep(tmp_path, "ab", {"a": [1, 2, 3], "b": [1, 2, 3]}, extra={"b": {"params": {"mem_mb": 5}}})
+    with pytest.raises(OmniError, match="no A/A sweep"):
+        write_calibration(tmp_path, "ab")
+    store_sweep(tmp_path, "sw", {"base": [100, 101, 99], "slow": [80, 81, 79]})
+    summary = summarize_sweep(tmp_path, "sw")
+    floor, source = summary.floors["decode_tok_s"]
+    assert floor == pytest.approx(0.014826) and source.startswith("calibrated") and "aa" in source
+    assert summary.judged[("slow", "decode_tok_s")].comparison.verdict == "worse"
+
+
+def test_memory_compared_across_mmap_modes_is_refused(tmp_path):
+    store_sweep(tmp_path, "sw", {"a": [1, 1, 1], "b": [1, 1, 1]})
+    import pandas as pd
+
+    from omni.summary import judge
+
+    frame = pd.read_parquet(tmp_path / "runs")
+    frame.loc[frame["arm"] == "b", "mmap"] = True
+    judged = judge(frame, frame, "a", "b", "rss_anon_steady_mb", 0.002)
+    assert judged.comparison is None and "mixed mmap" in judged.refused
+    assert judge(frame, frame, "a", "b", "decode_tok_s", 0.3).comparison is not None
+
+
+def test_validity_rules_name_the_doubt():
+    rules = dict(validity_rules(Arm(name="x", engine="vllm", model="m", prompt_len=1)))
+    assert set(rules) == {"context_len_unset", "prompt_len_le_1"}
+    assert "KV cache" in rules["context_len_unset"]
+    assert validity_rules(Arm(name="x", engine="vllm", model="m", context_len=256)) == []
+    assert validity_rules(Arm(name="x", engine="synthetic")) == []
+
+
+def test_nightly_regression_is_flagged_with_run_ids_on_both_sides(tmp_path):
+    store_sweep(tmp_path, "aa", {"a": [100, 101, 99, 100, 102], "b": [99, 100, 101, 100, 98]}, name="aa")
+    write_calibration(tmp_path, "aa")  # floor ~1.5 %
+    history = [100, 101, 99, 100.5, 99.5]
+    for night, center in enumerate(history):
+        store_sweep(tmp_path, f"n{night}", {"a": [center - 1, center, center + 1]}, name="nightly", day=night)
+    bad = store_sweep(tmp_path, "n5", {"a": [79, 80, 81]}, name="nightly", day=5)
+    good = store_sweep(tmp_path, "n6", {"a": [129, 130, 131]}, name="nightly", day=6)
+    changes, order = nightly_changes(tmp_path, "nightly", window=5)
+    assert order == [f"n{i}" for i in range(7)]
+    flagged = {(c.sweep_id, c.metric): c for c in changes}
+    assert set(flagged) == {("n5", "decode_tok_s"), ("n6", "decode_tok_s")}
+    regression, improvement = flagged[("n5", "decode_tok_s")], flagged[("n6", "decode_tok_s")]
+    assert regression.kind == "regression" and regression.z < -3 and regression.ratio == pytest.approx(0.8, rel=0.01)
+    assert set(regression.run_ids) == set(bad) and len(regression.history_run_ids) == 15
+    assert improvement.kind == "improvement" and set(improvement.run_ids) == set(good)
+    assert "n5" in improvement.history_sweeps  # the bad night stays in the window: no hiding
+    done = omni("regressions", "nightly", "--results", str(tmp_path), "--window", "5")
+    assert done.returncode == 0 and "regression" in done.stdout and bad[0] in done.stdout
+
+
+def chromium() -> str:
+    path = shutil.which("chromium") or shutil.which("chromium-browser")
+    assert path, "chromium is not installed: scripts/bootstrap.sh installs Debian's chromium"
+    return path
+
+
+def test_html_report_renders_in_headless_chromium(tmp_path):
+    for night in range(4):
+        store_sweep(tmp_path, f"n{night}", {"base": [100 + night, 101, 99], "slow": [80, 82, 78]}, name="nightly", day=night)
+    summary = summarize_sweep(tmp_path, "n3")
+    page = tmp_path / "report.html"
+    page.write_text(html_report(summary, sweep_history(tmp_path, summary)))
+    text = page.read_text()
+    assert text.count("<svg") >= 4 and "Nightly trend" in text and "http" not in text.replace("http://www.w3.org/2000/svg", "")
+    shot = tmp_path / "shot.png"
+    done = subprocess.run(
+        [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         f"--user-data-dir={tmp_path / 'profile'}", "--hide-scrollbars", "--window-size=900,1400",
+         f"--screenshot={shot}", page.as_uri()],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert shot.exists(), done.stderr[-2000:]
+    gray = Image.open(shot).convert("L")
+    histogram = gray.histogram()  # 256 bins of gray levels
+    dark = sum(histogram[:200]) / sum(histogram)
+    assert 0.01 < dark < 0.6, f"{dark:.3%} of the screenshot is ink: blank or broken"
+    colored = Image.open(shot).convert("RGB").getcolors(1 << 20)
+    assert any(r > 150 and g < 80 and b < 80 for _, (r, g, b) in colored), "no red 'worse' marker drawn"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_compare_names_the_arm_made_slower_and_calls_the_others_noise(tmp_path):
+    """Calibrate this host on the synthetic engine, then two sweeps of
+    arms/smoke-synthetic.yaml, the second with arm large 20 % slower
+    (each decode step waits 5 ms instead of 4)."""
+    results = tmp_path / "results"
+    done = omni("calibrate", "arms/calibrate-synthetic.yaml", "--results", str(results), "--force")
+    assert done.returncode == 0, done.stderr[-3000:]
+    spec = yaml.safe_load(Path("arms/smoke-synthetic.yaml").read_text())
+    spec["passes"] = 5
+    ids = []
+    for name, step_ms in (("before", 4), ("after", 5)):
+        spec["arms"][1]["params"]["step_sleep_ms"] = step_ms
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(spec))
+        done = omni("sweep", str(path), "--results", str(results), "--force")
+        assert done.returncode == 0, done.stderr[-3000:]
+        ids.append(next(line.split("sweep=")[1] for line in done.stdout.splitlines() if "rows in" in line).strip())
+    result = compare_sweeps(results, *ids)
+    assert result.judged[("large", "decode_tok_s")].comparison.verdict == "worse"
+    assert result.judged[("small", "decode_tok_s")].comparison.verdict == "within noise"
+    for metric in ("rss_anon_steady_mb", "pss_anon_steady_mb"):
+        assert {result.judged[(arm, metric)].comparison.verdict for arm in ("small", "large")} == {"within noise"}
+    assert "params.step_sleep_ms 4.0 -> 5.0" in result.config_changes["large"]
+    shown = omni("compare", *ids, "--results", str(results))
+    assert shown.returncode == 0 and "| large | decode_tok_s |" in shown.stdout and "worse" in shown.stdout
