@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from prefect import flow, get_run_logger, task
-from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NONE
 from prefect.runtime import flow_run
 from prefect.states import Completed, Failed
@@ -70,6 +70,7 @@ def publish_artifacts(sweep_id: str, results: str, outcomes: list[dict], failed:
     paths = write_outputs(Path(results), summary, sweep_history(Path(results), summary))
     text += [summary_markdown(summary), f"Report: `{paths['html']}`"]
     create_markdown_artifact("\n".join(text), key=f"summary-{key}", description=f"summary of {sweep_id}")
+    create_link_artifact(paths["html"].resolve().as_uri(), link_text=f"HTML report of {sweep_id}", key=f"report-{key}")
     verdicts = [
         {"arm": arm, "metric": metric, "verdict": j.refused or (j.comparison.verdict if j.comparison else "-"),
          "ratio": j.comparison.ratio if j.comparison else None,
