@@ -47,6 +47,10 @@ RESAMPLES = 2000
 # about 30 %, per-op self time about 5 %, RssAnon about 0.2 %. A floor
 # measured on the host (omni calibrate) replaces these.
 DEFAULT_FLOORS = {"time": 0.30, "memory": 0.002, "op": 0.05}
+# The least a measured floor may say. An A/A calibration inside one sweep
+# cannot see drift between sweeps: sleep-paced synthetic decode measured
+# 0.3 % within a sweep and 0.7 % between two sweeps minutes apart.
+MIN_FLOORS = {"time": 0.01, "memory": 0.0001, "op": 0.01}
 # The smallest effect worth resolving, in noise floors. At 1 floor an A/A
 # comparison at 5 passes lands "inconclusive" about 1 time in 5.
 EFFECT_IN_FLOORS = 2.0

@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 from omni.errors import OmniError
 from omni.retract import retracted_runs
 from omni.spec import load_spec
-from omni.stats import DEFAULT_FLOORS, EFFECT_IN_FLOORS, MAD_TO_SIGMA, Comparison, Summary, compare, passes_needed, summarize
+from omni.stats import DEFAULT_FLOORS, EFFECT_IN_FLOORS, MAD_TO_SIGMA, MIN_FLOORS, Comparison, Summary, compare, passes_needed, summarize
 from omni.store import COLUMNS, COLUMNS_BY_NAME, load_runs
 
 MEMORY_UNITS = ("MiB", "B")
@@ -36,9 +36,12 @@ def metric_columns() -> list[str]:
     return [c.name for c in COLUMNS if c.group == "metrics" and c.better]
 
 
+def floor_kind(metric: str) -> str:
+    return "memory" if COLUMNS_BY_NAME[metric].unit in MEMORY_UNITS else "time"
+
+
 def default_floor(metric: str) -> float:
-    unit = COLUMNS_BY_NAME[metric].unit
-    return DEFAULT_FLOORS["memory"] if unit in MEMORY_UNITS else DEFAULT_FLOORS["time"]
+    return DEFAULT_FLOORS[floor_kind(metric)]
 
 
 # --- host noise floors (omni calibrate) ---
@@ -60,7 +63,10 @@ def floors_for(results: Path, host: str | None, metrics: list[str]) -> dict[str,
     out = {}
     for metric in metrics:
         if measured.get(metric) is not None:
-            out[metric] = (float(measured[metric]), f"calibrated {calibration['calibrated_at']} ({calibration['sweep_id']})")
+            least = MIN_FLOORS[floor_kind(metric)]
+            floor = max(float(measured[metric]), least)
+            note = f"calibrated {calibration['calibrated_at']} ({calibration['sweep_id']})"
+            out[metric] = (floor, note if floor > least else f"{note}, raised to the {least:.2%} minimum")
         else:
             out[metric] = (default_floor(metric), "default")
     return out
