@@ -551,14 +551,18 @@ def scan(results_dir: Path, columns: list[str], skip: set[Path] = frozenset()) -
 
     files = [p for p in _run_files(results_dir) if p not in skip]
     full = schema()
+    wanted = [*columns, "schema_version"]
+    categorical = [c for c in wanted if c in CATEGORICAL]
+    # only the columns asked for, in the schema and the dictionary list alike:
+    # each extra one costs every file a little
     encoded = pa.schema(
-        [pa.field(f.name, pa.dictionary(pa.int32(), f.type)) if f.name in CATEGORICAL else f for f in full],
+        [pa.field(c, pa.dictionary(pa.int32(), full.field(c).type)) if c in categorical else full.field(c) for c in wanted],
         metadata=full.metadata,
     )
-    fmt = ds.ParquetFileFormat(read_options=ds.ParquetReadOptions(dictionary_columns=list(CATEGORICAL)))
+    fmt = ds.ParquetFileFormat(read_options=ds.ParquetReadOptions(dictionary_columns=categorical))
     try:
         table = ds.dataset([str(p) for p in files], format=fmt, schema=encoded).to_table(
-            columns=[*columns, "schema_version"], batch_size=1 << 20
+            columns=wanted, batch_size=1 << 20
         )
         versions = pc.unique(table["schema_version"]).to_pylist()
     except (pa.ArrowException, OSError):

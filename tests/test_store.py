@@ -313,3 +313,21 @@ def test_upgrade_refuses_newer_and_unknown():
         store.upgrade_table(newer)
     with pytest.raises(OmniError, match="'mystery'"):
         store.upgrade_table(pa.table({"run_id": ["r"], "mystery": [1]}))
+
+
+def test_fast_scan_agrees_with_load_runs_and_falls_back_for_old_files(tmp_path):
+    partition = tmp_path / "runs" / "sweep=s-2026-11-01"
+    partition.mkdir(parents=True)
+    for i in range(3):
+        store.write_run(tmp_path, {**full_row(f"r{i}", "s-2026-11-01"), "decode_tok_s": 10.0 + i})
+    columns = ["run_id", "arm", "status", "decode_tok_s"]
+    fast = store.scan(tmp_path, columns)
+    assert pa.types.is_dictionary(fast.schema.field("arm").type)
+    assert sorted(fast["decode_tok_s"].to_pylist()) == [10.0, 11.0, 12.0]
+    skipped = store.scan(tmp_path, columns, skip={partition / "r1.parquet"})
+    assert sorted(skipped["run_id"].to_pylist()) == ["r0", "r2"]
+    # a version-1 file among them: the per-file upgrade path, same answer shape
+    shutil.copy(FIXTURES / "run_v1_subset.parquet", partition / "r-old-0001.parquet")
+    mixed = store.scan(tmp_path, columns).to_pydict()
+    assert sorted(mixed["run_id"]) == ["r-old-0001", "r0", "r1", "r2"]
+    assert dict(zip(mixed["run_id"], mixed["decode_tok_s"]))["r-old-0001"] == 41.5
