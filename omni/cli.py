@@ -149,16 +149,13 @@ def run_sweep_flow(sweep_flow, prepared, spec, resume, passes, results: Path, fo
     )
     watcher.start()
     try:
-        state = sweep_flow(
-            spec=str(spec) if spec else None, passes=passes, results=str(results), force=force,
-            sweep_id=prepared.sweep_id, resume=resume, sysfs_root=str(sysfs_root), return_state=True,
+        summary = call_flow(
+            sweep_flow, spec=str(spec) if spec else None, passes=passes, results=str(results), force=force,
+            sweep_id=prepared.sweep_id, resume=resume, sysfs_root=str(sysfs_root),
         )  # fmt: skip
     finally:
         done.set()
         watcher.join()
-    summary = state.result(raise_on_failure=False)
-    if not isinstance(summary, dict):  # the flow itself broke: its exception
-        raise summary if isinstance(summary, BaseException) else OmniError(f"sweep flow ended {state.type}: {state.message}")
     print_arm_table(summary["sweep_id"], results)
     out.print(f"rows in {Path(results) / 'runs' / ('sweep=' + summary['sweep_id'])}")
     for failed in summary["failed"]:
@@ -352,12 +349,19 @@ def run_local_sweep(spec: Path, passes, results: Path, force: bool) -> str:
     from flows.sweep import sweep as sweep_flow
 
     with session_guard():
-        state = sweep_flow(spec=str(spec), passes=passes, results=str(results), force=force,
-                           sweep_id=prepared.sweep_id, return_state=True)  # fmt: skip
-    result = state.result(raise_on_failure=False)
-    if not isinstance(result, dict):
-        raise OmniError(f"sweep flow ended {state.type}: {state.message}")
-    return result["sweep_id"]
+        summary = call_flow(sweep_flow, spec=str(spec), passes=passes, results=str(results), force=force,
+                            sweep_id=prepared.sweep_id)  # fmt: skip
+    return summary["sweep_id"]
+
+
+def call_flow(sweep_flow, **params) -> dict:
+    """The sweep flow's summary, whether it ended Completed or Failed (runs
+    that failed are rows, reported by the caller); a flow that broke raises."""
+    state = sweep_flow(**params, return_state=True)
+    summary = state.result(raise_on_failure=False)
+    if not isinstance(summary, dict):
+        raise summary if isinstance(summary, BaseException) else OmniError(f"sweep flow ended {state.type}: {state.message}")
+    return summary
 
 
 stack_app = typer.Typer(no_args_is_help=True, help="docker-compose's stack without containers (PostgreSQL + Prefect server).")

@@ -167,8 +167,7 @@ def run_sweep_items(prepared: PreparedSweep) -> list[dict]:
 
 
 def sweep_table(results: str | Path, sweep_id: str) -> ArmTable:
-    frame = load_runs(Path(results))
-    frame = frame[frame["sweep_id"] == sweep_id].sort_values("order_index")
+    frame = load_runs(Path(results), sweep_id=sweep_id).sort_values("order_index")
     return describe_arms(frame.to_dict("records"), TABLE_METRICS)
 
 
