@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from omni.errors import OmniError
-from omni.store import load_runs, run_file_of, stored_run_ids
+from omni.store import load_runs, run_file_of, run_files, stored_run_ids
 
 SCHEMA = pa.schema([
     ("retraction_id", pa.string()),
@@ -107,7 +107,7 @@ def exclusions(results: Path) -> tuple[set[Path], set[str]]:
     rows: set[str] = set()
     for row in load_retractions(results).itertuples():
         if row.target_kind == "sweep":
-            files.update(p for p in (results / "runs" / f"sweep={row.target}").glob("*.parquet"))
+            files.update(run_files(results, row.target))
         elif row.target_kind == "file":
             files.add(results / row.target)
         else:

@@ -401,18 +401,18 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _run_files(results_dir: Path) -> list[Path]:
-    runs = Path(results_dir) / "runs"
-    files = runs.glob("sweep=*/*.parquet")
+def run_files(results_dir: Path, sweep_id: str | None = None) -> list[Path]:
+    """Stored run files, of every sweep or of one; hidden temp files left out."""
+    if sweep_id is None:
+        files = (Path(results_dir) / "runs").glob("sweep=*/*.parquet")
+    else:
+        files = _sweep_dir(results_dir, sweep_id).glob("*.parquet")
     return sorted(p for p in files if not p.name.startswith((".", "_")))
 
 
 def stored_run_ids(results_dir: Path, sweep_id: str) -> set[str]:
     """Run ids already stored for a sweep, from file names alone (for resume)."""
-    sweep_dir = _sweep_dir(results_dir, sweep_id)
-    return {
-        p.stem for p in sweep_dir.glob("*.parquet") if not p.name.startswith((".", "_"))
-    }
+    return {p.stem for p in run_files(results_dir, sweep_id)}
 
 
 def list_temp_files(results_dir: Path) -> list[Path]:
@@ -485,7 +485,7 @@ def _conform(table: pa.Table, columns: list[str] | None = None) -> pa.Table:
 
 def _cast(values: pa.ChunkedArray, col: Column) -> pa.ChunkedArray:
     if pa.types.is_dictionary(values.type) and values.type.value_type == col.type:
-        return values  # read_table(dictionary=True): stays encoded
+        return values  # scan(): stays encoded
     try:
         return values.cast(col.type)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as err:
@@ -516,25 +516,20 @@ def load_runs(results_dir: Path, sweep_id: str | None = None, columns: list[str]
     return read_table(results_dir, sweep_id, columns).to_pandas(types_mapper=_PANDAS_TYPES.get)
 
 
-# Few distinct values per column: read_table(dictionary=True) keeps them
-# dictionary-encoded, three times faster to read than plain strings.
+# Few distinct values per column: scan() keeps them dictionary-encoded, three
+# times faster to read than plain strings.
 CATEGORICAL = ("sweep_id", "sweep_name", "arm", "status", "engine", "engine_env", "model", "host",
                "dtype", "quantization", "compile_mode", "binding_method")  # fmt: skip
 
 
-def read_table(
-    results_dir: Path, sweep_id: str | None = None, columns: list[str] | None = None, dictionary: bool = False
-) -> pa.Table:
+def read_table(results_dir: Path, sweep_id: str | None = None, columns: list[str] | None = None) -> pa.Table:
     """:func:`load_runs` as an Arrow table; files are read on a thread pool
-    (Parquet decoding releases the GIL), each upgraded on its own.
-    ``dictionary`` keeps the :data:`CATEGORICAL` columns dictionary-encoded."""
+    (Parquet decoding releases the GIL), each upgraded on its own."""
     from concurrent.futures import ThreadPoolExecutor
 
-    files = _run_files(results_dir) if sweep_id is None else sorted(
-        p for p in _sweep_dir(results_dir, sweep_id).glob("*.parquet") if not p.name.startswith((".", "_"))
-    )
+    files = run_files(results_dir, sweep_id)
     with ThreadPoolExecutor(max_workers=min(8, (os.cpu_count() or 1) + 1)) as pool:
-        tables = list(pool.map(lambda path: _read_run_file(path, columns, dictionary), files))
+        tables = list(pool.map(lambda path: _read_run_file(path, columns), files))
     if tables:
         return pa.concat_tables(tables)
     empty = schema().empty_table()
@@ -549,7 +544,7 @@ def scan(results_dir: Path, columns: list[str], skip: set[Path] = frozenset()) -
     per-file upgrade instead."""
     import pyarrow.dataset as ds
 
-    files = [p for p in _run_files(results_dir) if p not in skip]
+    files = [p for p in run_files(results_dir) if p not in skip]
     full = schema()
     wanted = [*columns, "schema_version"]
     categorical = [c for c in wanted if c in CATEGORICAL]
@@ -620,6 +615,7 @@ __all__ = [
     "load_runs",
     "read_table",
     "run_file_of",
+    "run_files",
     "scan",
     "run_path",
     "schema",
