@@ -115,6 +115,18 @@ def robust_cv(values: np.ndarray) -> float | None:
     return MAD_TO_SIGMA * mad(values) / abs(med) if med else None
 
 
+def pooled_cv(samples: Iterable[np.ndarray]) -> tuple[float | None, int]:
+    """Robust relative noise of one value, pooled over samples: 1.4826 x the
+    median of each value's deviation from its own sample's median, relative
+    to that median; and how many deviations went in. A sample whose median is
+    0 has no relative deviations and is left out."""
+    deviations = [np.abs(s / np.median(s) - 1) for s in samples if s.size and np.median(s) != 0]
+    if not deviations:
+        return None, 0
+    pooled = np.concatenate(deviations)
+    return MAD_TO_SIGMA * float(np.median(pooled)), int(pooled.size)
+
+
 def outliers(values: np.ndarray) -> tuple[float, ...]:
     spread = mad(values)
     if spread == 0:
@@ -209,8 +221,8 @@ def compare(
     else:
         verdict = "inconclusive"
         # sized at the noise seen here when it is worse than the floor says
-        seen = MAD_TO_SIGMA * float(np.median(np.abs(np.r_[b / np.median(b), o / np.median(o)] - 1)))
-        needed = passes_needed(abs(ratio - 1), max(floor, seen), confidence)
+        seen, _ = pooled_cv([b, o])
+        needed = passes_needed(abs(ratio - 1), max(floor, seen or 0.0), confidence)
     return Comparison(int(b.size), int(o.size), ratio, low, high, floor, verdict, needed)
 
 

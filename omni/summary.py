@@ -23,7 +23,18 @@ import pyarrow.compute as pc
 from omni.errors import OmniError
 from omni.retract import retracted_runs
 from omni.spec import load_spec
-from omni.stats import DEFAULT_FLOORS, EFFECT_IN_FLOORS, MAD_TO_SIGMA, MIN_FLOORS, Comparison, Summary, compare, passes_needed, summarize
+from omni.stats import (
+    DEFAULT_FLOORS,
+    EFFECT_IN_FLOORS,
+    MEDIAN_EFFICIENCY,
+    MIN_FLOORS,
+    Comparison,
+    Summary,
+    compare,
+    passes_needed,
+    pooled_cv,
+    summarize,
+)
 from omni.store import COLUMNS, COLUMNS_BY_NAME, load_runs
 
 MEMORY_UNITS = ("MiB", "B")
@@ -72,17 +83,12 @@ def floors_for(results: Path, host: str | None, metrics: list[str]) -> dict[str,
     return out
 
 
-def pooled_cv(frame: pd.DataFrame, metric: str) -> tuple[float | None, int]:
-    """Robust relative noise of one run, pooled over arms: each value's
-    deviation from its own arm's median, relative to that median."""
-    deviations = []
-    for _arm, values in frame.groupby("arm")[metric]:
-        real = values.dropna().to_numpy(dtype=float)
-        if len(real) >= 2 and np.median(real) != 0:
-            deviations.extend(np.abs(real / np.median(real) - 1))
-    if len(deviations) < 3:
-        return None, len(deviations)
-    return MAD_TO_SIGMA * float(np.median(deviations)), len(deviations)
+def arm_cv(frame: pd.DataFrame, metric: str) -> tuple[float | None, int]:
+    """Robust relative noise of one run, pooled over the arms that have at
+    least two values (:func:`omni.stats.pooled_cv`); None below 3 deviations."""
+    samples = [values.dropna().to_numpy(dtype=float) for _arm, values in frame.groupby("arm")[metric]]
+    cv, n = pooled_cv([s for s in samples if len(s) >= 2])
+    return (cv, n) if n >= 3 else (None, n)
 
 
 def write_calibration(results: Path, sweep_id: str, include_retracted: bool = False) -> Path:
@@ -100,7 +106,7 @@ def write_calibration(results: Path, sweep_id: str, include_retracted: bool = Fa
         )
     floors, counts = {}, {}
     for metric in metric_columns():
-        cv, n = pooled_cv(frame, metric)
+        cv, n = arm_cv(frame, metric)
         if cv is not None:
             floors[metric], counts[metric] = max(cv, 1e-4), n
     now = datetime.now(timezone.utc)
@@ -116,19 +122,22 @@ def write_calibration(results: Path, sweep_id: str, include_retracted: bool = Fa
 # --- rows ---
 
 
+def without_retracted(frame: pd.DataFrame, results: Path, include_retracted: bool = False) -> tuple[pd.DataFrame, int]:
+    """The rows no retraction names (all of them with ``include_retracted``), and how many were left out."""
+    if include_retracted:
+        return frame, 0
+    keep = ~frame["run_id"].isin(retracted_runs(Path(results)))
+    return frame[keep], int((~keep).sum())
+
+
 def ok_rows(results: Path, sweep_id: str, include_retracted: bool = False) -> tuple[pd.DataFrame, pd.DataFrame, int]:
     """(ok rows, all rows, retracted rows left out) of one sweep."""
     frame = load_runs(Path(results), sweep_id=sweep_id)
     if frame.empty:
         raise OmniError(f"no rows for sweep {sweep_id!r} under {Path(results) / 'runs'}; list them with ls {Path(results) / 'runs'}")
-    excluded = 0
-    if not include_retracted:
-        withdrawn = retracted_runs(Path(results))
-        keep = ~frame["run_id"].isin(withdrawn)
-        excluded = int((~keep).sum())
-        frame = frame[keep]
-        if frame.empty:
-            raise OmniError(f"all {excluded} run(s) of sweep {sweep_id} are retracted; --include-retracted shows them")
+    frame, excluded = without_retracted(frame, results, include_retracted)
+    if frame.empty:
+        raise OmniError(f"all {excluded} run(s) of sweep {sweep_id} are retracted; --include-retracted shows them")
     frame = frame.sort_values("order_index")
     return frame[frame["status"] == "ok"], frame, excluded
 
@@ -259,7 +268,7 @@ def _mmap_modes(frame: pd.DataFrame, arm: str) -> set:
 def judge(base: pd.DataFrame, other: pd.DataFrame, base_arm: str, arm: str, metric: str, floor: float) -> Judged:
     """Compare ``arm`` (rows ``other``) with ``base_arm`` (rows ``base``) on one metric."""
     warnings = tuple(_row_warnings(base, base_arm) + _row_warnings(other, arm))
-    if COLUMNS_BY_NAME[metric].unit in MEMORY_UNITS:
+    if floor_kind(metric) == "memory":
         modes = _mmap_modes(base, base_arm) | _mmap_modes(other, arm)
         if len(modes - {None}) > 1:
             return Judged(None, "refused: mixed mmap modes (mmap weights are file pages, not RssAnon)", warnings)
@@ -365,6 +374,15 @@ class Change:
     history_run_ids: tuple[str, ...]
 
 
+def spec_runs(results: Path, sweep_name: str, include_retracted: bool = False) -> pd.DataFrame:
+    """The ok, unretracted runs of every sweep of one spec name: only the
+    columns the nightly comparison and the trend plots read."""
+    columns = ["sweep_id", "sweep_name", "arm", "status", "run_id", "host", "started_at", *metric_columns()]
+    frame = load_runs(Path(results), columns=columns)
+    frame = frame[(frame["sweep_name"] == sweep_name) & (frame["status"] == "ok")]
+    return without_retracted(frame, results, include_retracted)[0]
+
+
 def nightly_changes(
     results: Path, sweep_name: str, window: int = 10, threshold: float = 3.0, min_history: int = 3,
     include_retracted: bool = False,
@@ -377,10 +395,14 @@ def nightly_changes(
     quiet cannot turn a wiggle into a regression. Returns the changes and the
     sweep ids in time order.
     """
-    frame = load_runs(Path(results))
-    frame = frame[(frame["sweep_name"] == sweep_name) & (frame["status"] == "ok")]
-    if not include_retracted:
-        frame = frame[~frame["run_id"].isin(retracted_runs(Path(results)))]
+    frame = spec_runs(results, sweep_name, include_retracted)
+    return changes_in(frame, results, sweep_name, window, threshold, min_history)
+
+
+def changes_in(
+    frame: pd.DataFrame, results: Path, sweep_name: str, window: int = 10, threshold: float = 3.0, min_history: int = 3
+) -> tuple[list[Change], list[str]]:
+    """:func:`nightly_changes` over rows already read (:func:`spec_runs`)."""
     if frame.empty:
         raise OmniError(f"no ok runs of sweeps named {sweep_name!r} under {results}")
     order = frame.groupby("sweep_id")["started_at"].min().sort_values().index.tolist()
@@ -388,7 +410,7 @@ def nightly_changes(
     host = str(frame["host"].iloc[-1])
     floors = floors_for(results, host, metrics)
     changes = []
-    for (arm, metric), group in ((k, g) for k, g in _by_arm_metric(frame, metrics)):
+    for (arm, metric), group in _by_arm_metric(frame, metrics):
         per_sweep = {s: g for s, g in group.groupby("sweep_id")}
         sweeps = [s for s in order if s in per_sweep]
         for i, sweep_id in enumerate(sweeps):
@@ -398,7 +420,7 @@ def nightly_changes(
             medians = np.array([per_sweep[s][metric].median() for s in history])
             current = per_sweep[sweep_id]
             med, mean = float(current[metric].median()), float(medians.mean())
-            floor_sd = floors[metric][0] * abs(mean) * 1.2533 / math.sqrt(max(1, len(current)))
+            floor_sd = floors[metric][0] * abs(mean) * MEDIAN_EFFICIENCY / math.sqrt(max(1, len(current)))
             sd = max(float(medians.std(ddof=1)), floor_sd)
             z = (med - mean) / sd if sd > 0 else 0.0
             if abs(z) < threshold:
@@ -416,16 +438,13 @@ def sweep_history(results: Path, summary: SweepSummary, include_retracted: bool 
     """Per-sweep medians of every sweep of the same spec name up to this one,
     and the nightly changes among them (for the report's trend plots)."""
     try:
-        changes, order = nightly_changes(results, summary.sweep_name, include_retracted=include_retracted)
+        frame = spec_runs(results, summary.sweep_name, include_retracted)
+        changes, order = changes_in(frame, results, summary.sweep_name)
     except OmniError:
         return {"points": {}, "changes": []}
     if len(order) < 2:
         return {"points": {}, "changes": []}
     order = order[: order.index(summary.sweep_id) + 1] if summary.sweep_id in order else order
-    frame = load_runs(Path(results), columns=["sweep_id", "sweep_name", "arm", "status", "run_id", *summary.metrics])
-    frame = frame[(frame["sweep_name"] == summary.sweep_name) & (frame["status"] == "ok")]
-    if not include_retracted:
-        frame = frame[~frame["run_id"].isin(retracted_runs(Path(results)))]
     points = {}
     for arm in summary.arms:
         for metric in summary.metrics:
