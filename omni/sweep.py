@@ -133,8 +133,9 @@ def prepare_sweep(
     planned = len(items)
     if resume:
         stored = stored_run_ids(results, sweep_id)
-        items = [item for item in items if item.run_id not in stored]
-    items = [replace(item, slot=slots[i % len(slots)]) for i, item in enumerate(items)]  # predicted
+        left = [item for item in items if item.run_id not in stored]
+        # plan_sweep predicted slots for the whole plan; predict again for what is left
+        items = [replace(item, slot=slots[i % len(slots)]) for i, item in enumerate(left)]
     provenance = collect_host_provenance(root=sysfs_root)
     provenance.update(spec_path=str(loaded.path), spec_sha256=loaded.sha256)
     context = RunContext(
