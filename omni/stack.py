@@ -182,6 +182,12 @@ def _save_state(state: dict) -> None:
     (STATE_DIR / "state.json").write_text(json.dumps(state, indent=1))
 
 
+# Servers this process started: held so a running one is not garbage-collected
+# (a ResourceWarning), and reaped by down(), so an in-process up()/down() pair
+# (the tests' fixture) leaves no zombie behind.
+_SERVERS: dict[int, subprocess.Popen] = {}
+
+
 def up(timeout_s: float = 120) -> str:
     """PostgreSQL and a Prefect server on it; returns the API URL. Idempotent."""
     settings = server_settings(ensure_env_file())
@@ -191,14 +197,15 @@ def up(timeout_s: float = 120) -> str:
     _save_state(state)
     if healthy(url):
         return url
-    log = (STATE_DIR / "prefect-server.log").open("ab")
     prefect = Path(sys.executable).with_name("prefect")
     env = {**os.environ, **settings, "PREFECT_API_URL": url}
-    server = subprocess.Popen(
-        [str(prefect), "server", "start", "--host", settings["PREFECT_SERVER_API_HOST"],
-         "--port", settings["PREFECT_SERVER_API_PORT"]],
-        env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-    )  # fmt: skip
+    with (STATE_DIR / "prefect-server.log").open("ab") as log:  # the server keeps its own descriptor
+        server = subprocess.Popen(
+            [str(prefect), "server", "start", "--host", settings["PREFECT_SERVER_API_HOST"],
+             "--port", settings["PREFECT_SERVER_API_PORT"]],
+            env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+        )  # fmt: skip
+    _SERVERS[server.pid] = server
     state["server_pid"] = server.pid
     _save_state(state)
     deadline = time.monotonic() + timeout_s
@@ -217,14 +224,19 @@ def down() -> list[str]:
     state, stopped = _state(), []
     pid = state.pop("server_pid", None)
     if pid:
+        child = _SERVERS.pop(pid, None)
         try:
             os.killpg(pid, signal.SIGTERM)
             for _ in range(100):
+                if child is not None:
+                    child.poll()  # reap it, or its zombie keeps the group alive
                 os.killpg(pid, 0)
                 time.sleep(0.1)
             os.killpg(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+        if child is not None:
+            child.wait(10)
         stopped.append(f"prefect server (pid {pid})")
     if state.pop("postgres_started", False):
         version, name, status = _cluster()
