@@ -1,5 +1,5 @@
 # The two set-up-and-go commands (see README): both bootstrap what is missing.
-.PHONY: sweep test bootstrap engines bench stack-up stack-down worker
+.PHONY: sweep test bootstrap engines bench stack-up stack-down worker numa-vm numa-vm-capture
 
 # Prefect's ephemeral server sends no telemetry from CI or tests.
 export PREFECT_SERVER_ANALYTICS_ENABLED ?= false
@@ -18,6 +18,15 @@ sweep: engines
 
 test: engines
 	.venv/bin/python -m pytest
+
+# The two-node QEMU guest's tests alone (about 3 min under software emulation);
+# numa-vm-capture refreshes the canned /proc text of tests/fixtures/numa_guest.
+numa-vm: bootstrap
+	.venv/bin/python -m pytest -s tests/test_numa_vm.py
+
+numa-vm-capture: bootstrap
+	.venv/bin/python -m tests.numa_vm.boot results/numa-vm --capture
+	for d in results/numa-vm/capture/*/; do mkdir -p tests/fixtures/numa_guest/$$(basename $$d) && cp $$d/* tests/fixtures/numa_guest/$$(basename $$d)/; done
 
 bench: engines
 	.venv/bin/python benchmarks/sampler_overhead.py

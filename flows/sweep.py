@@ -17,6 +17,7 @@ from prefect.runtime import flow_run
 from prefect.states import Completed, Failed
 
 from omni.errors import OmniError
+from omni.plan import SlotOverride
 from omni.report import summary_markdown, write_outputs
 from omni.runner import PlanItem, RunContext
 from omni.schedule import dispatch
@@ -91,16 +92,22 @@ def sweep(
     sweep_id: str | None = None,
     resume: str | None = None,
     sysfs_root: str = "/",
+    cores: list[str] | None = None,
+    node: int | None = None,
+    straddle: bool = False,
 ):
     """Load the spec, plan it, run every (arm, pass) on the free slots, tabulate.
 
     ``resume`` (a sweep id) runs only that sweep's runs that are not stored yet.
     ``sysfs_root`` other than ``/`` plans slots on a fixture host's topology
-    (placement recorded, not applied).
+    (placement recorded, not applied). ``cores`` (CPU lists, one slot each) or
+    ``node`` override the spec's slots, as ``omni sweep --cores/--node`` do.
     """
+    override = SlotOverride(tuple(cores or ()), node, straddle)
     prepared = prepare_sweep(
-        spec, passes=passes, results=results, force=force, sweep_id=sweep_id, resume=resume, sysfs_root=sysfs_root
-    )
+        spec, passes=passes, results=results, force=force, sweep_id=sweep_id, resume=resume, sysfs_root=sysfs_root,
+        slots_override=override or None,
+    )  # fmt: skip
     log = get_run_logger()
     write_manifest(prepared)
     log.info(

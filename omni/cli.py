@@ -106,13 +106,23 @@ def sweep(
     sysfs_root: Path = typer.Option(
         Path("/"), help="read the topology under this root (a fixture of another host): placement planned, not applied"
     ),
+    cores: Optional[list[str]] = typer.Option(
+        None, "--cores", help="CPU list of one slot, e.g. 56-79 (repeat for more slots): replaces the spec's slots"
+    ),
+    node: Optional[int] = typer.Option(None, "--node", min=0, help="put the spec's slots on this NUMA node"),
+    straddle: bool = typer.Option(False, "--straddle", help="allow a --cores list across nodes (memory bound to all)"),
 ) -> None:
     """Run a sweep locally (Prefect ephemeral mode, no server needed)."""
+    from omni.plan import SlotOverride
     from omni.sweep import prepare_sweep
 
+    override = SlotOverride(tuple(cores or ()), node, straddle)
+    if straddle and not override:
+        raise OmniError("--straddle applies to --cores or --node: give one of them, or set slots.straddle in the spec")
     prepared = prepare_sweep(
-        spec, passes=passes, results=results, force=force, resume=resume, sysfs_root=sysfs_root, build=not dry_run
-    )
+        spec, passes=passes, results=results, force=force, resume=resume, sysfs_root=sysfs_root, build=not dry_run,
+        slots_override=override or None,
+    )  # fmt: skip
     if dry_run:
         print_plan(prepared, results)
         return
@@ -125,7 +135,7 @@ def sweep(
     from flows.sweep import sweep as sweep_flow
 
     with session_guard():
-        run_sweep_flow(sweep_flow, prepared, spec, resume, passes, results, force, sysfs_root)
+        run_sweep_flow(sweep_flow, prepared, spec, resume, passes, results, force, sysfs_root, override)
 
 
 def session_guard():
@@ -142,7 +152,7 @@ def session_guard():
     return Watchdog(os.environ[SESSION_VAR], var=SESSION_VAR)
 
 
-def run_sweep_flow(sweep_flow, prepared, spec, resume, passes, results: Path, force: bool, sysfs_root: Path) -> None:
+def run_sweep_flow(sweep_flow, prepared, spec, resume, passes, results: Path, force: bool, sysfs_root: Path, override) -> None:
     done = threading.Event()
     watcher = threading.Thread(
         target=watch_progress, args=(results, prepared.sweep_id, prepared.planned, done), daemon=True
@@ -152,6 +162,7 @@ def run_sweep_flow(sweep_flow, prepared, spec, resume, passes, results: Path, fo
         summary = call_flow(
             sweep_flow, spec=str(spec) if spec else None, passes=passes, results=str(results), force=force,
             sweep_id=prepared.sweep_id, resume=resume, sysfs_root=str(sysfs_root),
+            cores=list(override.cores) or None, node=override.node, straddle=override.straddle,
         )  # fmt: skip
     finally:
         done.set()

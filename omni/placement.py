@@ -6,12 +6,13 @@ from __future__ import annotations
 import shutil
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
 
 from omni.errors import OmniError
+from omni.mempolicy import add_kib, describe_nodes, local_fraction, node_list, parse_policy
 from omni.topology import Slot, format_cpulist
 
 
@@ -169,45 +170,139 @@ def explain_busy(report: BusyReport, threshold: float) -> BusyReport:
     return BusyReport(report.per_cpu, culprits)
 
 
+# A process under a strict bind policy can only hold pages elsewhere if they
+# were moved there (migrate_pages, move_pages) or allocated before the policy
+# was set; more than this share of its anonymous memory off the slot's nodes
+# is an escape, not noise.
+REMOTE_ESCAPE_SHARE = 0.01
+# Below this share of the tree's anonymous memory on the slot's nodes, the
+# row says its memory mostly lives elsewhere (warning ``remote_memory``).
+REMOTE_WARN_LOCAL = 0.9
+
+
 @dataclass(frozen=True)
 class BindingCheck:
     """The binding every process of the tree actually had, against the slot."""
 
     ok: bool
     cpus_seen: list[int]
-    mems_seen: list[int]
+    mems_seen: list[int]  # the cpuset's Mems_allowed_list: context, not the policy
     procs_checked: int
     violations: tuple[str, ...]
+    policies_seen: list[str] = field(default_factory=list)
+    anon_kib_by_node: dict[int, int] = field(default_factory=dict)
+    file_kib_by_node: dict[int, int] = field(default_factory=dict)
+    local_fraction: float | None = None
+    file_local_fraction: float | None = None
+    per_process: list[dict] = field(default_factory=list)
+    memory_checked: bool = False
 
 
-def verify_binding(seen: dict, slot: Slot, membind_expected: bool) -> BindingCheck:
-    """Check each sampled process's ``Cpus_allowed_list``/``Mems_allowed_list``.
-
-    ``seen`` maps pid -> ProcessSeen from the sampler. Memory is only checked
-    when the method binds memory (numactl); the sched_setaffinity fallback
-    cannot.
-    """
+def _cpu_violations(seen: dict, slot: Slot) -> tuple[list[str], set[int], set[int]]:
     cpus_seen: set[int] = set()
     mems_seen: set[int] = set()
     violations = []
-    for proc in seen.values():
+    for key, proc in seen.items():
         cpus_seen.update(proc.cpus_allowed)
         mems_seen.update(proc.mems_allowed)
-        stray_cpus = set(proc.cpus_allowed) - set(slot.cpus)
-        stray_mems = set(proc.mems_allowed) - set(slot.mems) if membind_expected else set()
-        if stray_cpus or stray_mems:
+        stray = set(proc.cpus_allowed) - set(slot.cpus)
+        if stray:
             violations.append(
-                f"pid {proc.pid} ({proc.name}) allowed cpus {format_cpulist(proc.cpus_allowed)} "
-                f"mems {format_cpulist(proc.mems_allowed)}"
+                f"{_who(key, proc)} allowed cpus {format_cpulist(proc.cpus_allowed)}, "
+                f"outside the slot's {format_cpulist(slot.cpus)}"
             )
+    return violations, cpus_seen, mems_seen
+
+
+def _who(key, proc) -> str:
+    # threads are keyed "pid/tid", processes by pid
+    return f"thread {key} ({proc.name})" if isinstance(key, str) else f"pid {proc.pid} ({proc.name})"
+
+
+def _policy_violations(numa: dict, threads: dict, slot: Slot) -> list[str]:
+    """Each process's and thread's own policy must confine it to the slot's
+    nodes: ``bind`` to exactly them (a straddling slot may also interleave).
+    A mapping's own policy (``mbind``) may narrow that, never name a node
+    outside the slot."""
+    straddle = len(slot.mems) > 1
+    want = f"bind:{format_cpulist(slot.mems)}"
+    violations = []
+    for proc in numa.values():
+        bad = sorted(t for t in proc.task_policies if not parse_policy(t).confines_to(slot.mems, straddle))
+        if bad:
+            violations.append(
+                f"pid {proc.pid} ({proc.name}) memory policy {', '.join(bad)}, not {want} "
+                "(the engine changed its own policy: set_mempolicy)"
+            )
+        stray = sorted(t for t in proc.policies - proc.task_policies if not parse_policy(t).stays_within(slot.mems))
+        if stray:
+            violations.append(
+                f"pid {proc.pid} ({proc.name}) has mappings with policy {', '.join(stray)}, outside membind "
+                f"{format_cpulist(slot.mems)} (mbind)"
+            )
+    for key, thread in threads.items():
+        if thread.policy and not parse_policy(thread.policy).confines_to(slot.mems, straddle):
+            violations.append(f"thread {key} ({thread.name}) memory policy {thread.policy}, not {want}")
+    return violations
+
+
+def _page_violations(numa: dict, slot: Slot) -> list[str]:
+    violations = []
+    for proc in numa.values():
+        anon = proc.settled.anon_kib
+        remote = {n: kib for n, kib in anon.items() if n not in slot.mems and kib}
+        total = sum(anon.values())
+        if total and sum(remote.values()) > REMOTE_ESCAPE_SHARE * total:
+            violations.append(
+                f"pid {proc.pid} ({proc.name}) has {describe_nodes(remote)} of anonymous memory "
+                f"outside membind {format_cpulist(slot.mems)} ({sum(remote.values()) / total:.0%} of its "
+                f"{total / 1024:.1f} MiB): pages were moved off the slot (migrate_pages/move_pages)"
+            )
+    return violations
+
+
+def verify_binding(seen: dict, slot: Slot, membind_expected: bool, numa: dict | None = None) -> BindingCheck:
+    """Check the binding each process and thread of the tree actually had.
+
+    ``seen`` maps pid (or "pid/tid" for threads) -> ProcessSeen from the
+    sampler: CPUs come from ``Cpus_allowed_list``. ``numa`` maps pid ->
+    NumaSeen: memory is checked from the policy and the pages themselves,
+    never from ``Mems_allowed_list`` (the cpuset, which ``numactl --membind``
+    does not change: in a two-node guest it stays ``0-1`` under
+    ``--membind=1``). Memory is only checked when the method binds memory
+    (numactl); the sched_setaffinity fallback cannot, but locality is still
+    measured.
+    """
+    numa = numa or {}
+    violations, cpus_seen, mems_seen = _cpu_violations(seen, slot)
+    threads = {k: v for k, v in seen.items() if isinstance(k, str)}
+    memory_checked = membind_expected and bool(numa)
+    if memory_checked:
+        violations += _policy_violations(numa, threads, slot)
+        violations += _page_violations(numa, slot)
+    anon: dict[int, int] = {}
+    files: dict[int, int] = {}
+    per_process = []
+    for proc in numa.values():
+        add_kib(anon, proc.settled.anon_kib)
+        add_kib(files, proc.settled.file_kib)
+        per_process.append({
+            "pid": proc.pid, "name": proc.name, "policies": sorted(proc.policies),
+            "anon_kib_by_node": node_list(proc.settled.anon_kib), "file_kib_by_node": node_list(proc.settled.file_kib),
+        })  # fmt: skip
+    policies = {t for proc in numa.values() for t in proc.policies}
+    policies |= {t.policy for t in threads.values() if t.policy}
     return BindingCheck(
         ok=bool(seen) and not violations,
         cpus_seen=sorted(cpus_seen),
         mems_seen=sorted(mems_seen),
-        procs_checked=len(seen),
+        procs_checked=len(seen) - len(threads),
         violations=tuple(violations),
+        policies_seen=sorted(policies),
+        anon_kib_by_node=anon,
+        file_kib_by_node=files,
+        local_fraction=local_fraction(anon, slot.mems),
+        file_local_fraction=local_fraction(files, slot.mems),
+        per_process=per_process,
+        memory_checked=memory_checked,
     )
-
-
-
-

@@ -11,12 +11,15 @@ import hashlib
 import random
 import secrets
 import shlex
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from omni.resources import ArmResources
 from omni.runner import PlanItem, engine_argv, run_workdir
-from omni.spec import LoadedSpec, canonical_arm_json
+from omni.spec import LoadedSpec, SlotRequest, canonical_arm_json
 from omni.errors import OmniError
 from omni.topology import Slot, allocate_slots, read_topology
 
@@ -32,9 +35,51 @@ def run_id_for(sweep_id: str, arm_json: str, pass_index: int) -> str:
     return digest[:16]
 
 
-def sweep_slots(loaded: LoadedSpec, sysfs_root: str | Path = "/") -> list[Slot]:
-    """The spec's slot request cut from this host's topology; errors name the spec."""
-    req = loaded.sweep.slots
+@dataclass(frozen=True)
+class SlotOverride:
+    """Slots given on the command line (the origin harness's ``--cores``):
+    ``--cores 56-79`` (repeatable, one slot each) replaces the spec's slot
+    request; ``--node 1`` keeps its cores/smt/count and moves it to node 1."""
+
+    cores: tuple[str, ...] = ()
+    node: int | None = None
+    straddle: bool = False
+
+    def __bool__(self) -> bool:
+        return bool(self.cores) or self.node is not None
+
+    def describe(self) -> str:
+        parts = [f"--cores {c}" for c in self.cores]
+        parts += [f"--node {self.node}"] if self.node is not None else []
+        parts += ["--straddle"] if self.straddle else []
+        return " ".join(parts)
+
+    def apply(self, req: SlotRequest) -> SlotRequest:
+        """The spec's request with this override, validated as ``slots:`` is."""
+        if self.cores and self.node is not None:
+            raise OmniError("give --cores or --node, not both (explicit CPUs already name their node)")
+        fields = req.model_dump()
+        if self.cores:
+            fields.update(cpus=list(self.cores) if len(self.cores) > 1 else self.cores[0], cores=None, node=None)
+        if self.node is not None:
+            fields.update(node=self.node, cpus=None)
+        fields["straddle"] = fields["straddle"] or self.straddle
+        try:
+            return SlotRequest.model_validate(fields)
+        except ValidationError as err:
+            problems = "; ".join(f"{_cli_flag(e['loc'])}: {e['msg'].removeprefix('Value error, ')}" for e in err.errors())
+            raise OmniError(f"{self.describe()}: {problems}") from None
+
+
+def _cli_flag(loc: tuple) -> str:
+    return {"cpus": "--cores", "node": "--node"}.get(str(loc[0]) if loc else "", f"slots.{'.'.join(map(str, loc))}")
+
+
+def sweep_slots(loaded: LoadedSpec, sysfs_root: str | Path = "/", override: SlotOverride | None = None) -> list[Slot]:
+    """The spec's slot request (or the command line's) cut from this host's
+    topology; errors name where the request came from."""
+    req = override.apply(loaded.sweep.slots) if override else loaded.sweep.slots
+    source = f"{override.describe()} (overriding {loaded.path}'s slots)" if override else str(loaded.path)
     try:
         return allocate_slots(
             read_topology(sysfs_root),
@@ -46,7 +91,7 @@ def sweep_slots(loaded: LoadedSpec, sysfs_root: str | Path = "/") -> list[Slot]:
             count=req.count,
         )
     except OmniError as err:
-        raise OmniError(f"{loaded.path}: {err}") from None
+        raise OmniError(f"{source}: {err}") from None
 
 
 def plan_sweep(loaded: LoadedSpec, sweep_id: str, slots: list[Slot], passes: int | None = None) -> list[PlanItem]:

@@ -21,15 +21,20 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from omni.engines.protocol import PHASE_PREFIX
-from omni.placement import measure_busy, explain_busy, numactl_path, pin_argv, verify_binding
+from omni.mempolicy import describe_nodes, node_list
+from omni.placement import REMOTE_WARN_LOCAL, explain_busy, measure_busy, numactl_path, pin_argv, verify_binding
 from omni.provenance import merge_engine_provenance
 from omni.reaper import RUN_ID_VAR, Watchdog, reap_run
 from omni.resources import ArmResources, env_name
 from omni.sampler import TreeSampler, summarize
 from omni.spec import Arm, arm_hash, canonical_arm_json
-from omni.topology import Slot
+from omni.topology import Slot, format_cpulist
+
+if TYPE_CHECKING:
+    from omni.plan import SlotOverride  # plan imports this module
 
 STDERR_TAIL_LINES = 60
 # "ValueError: No available memory for the cache blocks. Try ..."
@@ -65,6 +70,7 @@ class RunContext:
     # Placement planned from another host's sysfs (a fixture): recorded, not
     # applied, since this host lacks those CPUs; no busy check, no binding check.
     simulate_placement: bool = False
+    slots_override: SlotOverride | None = None  # --cores/--node, recorded in every row
 
 
 def engine_arm_payload(item: PlanItem, res: ArmResources, workdir: Path) -> dict:
@@ -73,7 +79,7 @@ def engine_arm_payload(item: PlanItem, res: ArmResources, workdir: Path) -> dict
     payload["model_path"] = res.model_path
     payload["workdir"] = str(workdir)
     payload["run_id"] = item.run_id
-    payload["slot"] = {"cpus": list(item.slot.cpus), "node": item.slot.node}
+    payload["slot"] = {"cpus": list(item.slot.cpus), "node": item.slot.node, "mems": list(item.slot.mems)}
     payload["threads_effective"] = item.arm.threads or len(item.slot.cpus)
     return payload
 
@@ -227,7 +233,8 @@ def base_row(ctx: RunContext, item: PlanItem) -> dict:
         "env_overrides": dict(arm.env), "engine_params": params.model_dump(mode="json"),
         "arm_json": canonical_arm_json(arm), "arm_hash": arm_hash(arm),
         "slot_index": item.slot.index, "numa_node": item.slot.node,
-        "cpus": list(item.slot.cpus), "membind": list(item.slot.mems),
+        "cpus": list(item.slot.cpus), "membind": list(item.slot.mems), "straddle": len(item.slot.mems) > 1,
+        "slots_override": ctx.slots_override.describe() if ctx.slots_override else None,
         "warnings": [], "warning_rules": [],
     }  # fmt: skip
 
@@ -304,15 +311,26 @@ def fill_metrics(row: dict, proc: EngineProcess, result: dict) -> None:
 
 
 def fill_binding(row: dict, proc: EngineProcess, item: PlanItem, method: str) -> None:
-    seen = {**proc.sampler.seen, **{f"{pid}/{tid}": t for (pid, tid), t in proc.sampler.threads_seen.items()}}
-    check = verify_binding(seen, item.slot, membind_expected=method == "numactl")
+    sampler = proc.sampler
+    seen = {**sampler.seen, **{f"{pid}/{tid}": t for (pid, tid), t in sampler.threads_seen.items()}}
+    check = verify_binding(seen, item.slot, membind_expected=method == "numactl", numa=sampler.numa_seen)
     row.update(
-        binding_method=method, binding_ok=check.ok, binding_procs_checked=len(proc.sampler.seen),
+        binding_method=method, binding_ok=check.ok, binding_procs_checked=check.procs_checked,
         cpus_allowed_seen=check.cpus_seen, mems_allowed_seen=check.mems_seen,
-        threads_checked=len(proc.sampler.threads_seen),
+        threads_checked=len(sampler.threads_seen), mempolicies_seen=check.policies_seen,
+        mem_anon_kib_by_node=node_list(check.anon_kib_by_node), mem_file_kib_by_node=node_list(check.file_kib_by_node),
+        mem_local_fraction=check.local_fraction, mem_file_local_fraction=check.file_local_fraction,
+        numa_by_proc=check.per_process, numa_maps_reads=sampler.numa_reads, numa_maps_cpu_ms=sampler.numa_cpu_s * 1000,
     )  # fmt: skip
-    if proc.sampler.error and row["status"] == "ok":
-        row.update(status="invalid", error=proc.sampler.error)
+    if method == "numactl" and not check.memory_checked and row["status"] == "ok":
+        warn(row, "memory_policy_unverified", "no /proc/PID/numa_maps could be read for the run's processes: "
+             "the memory binding was applied by numactl but not verified (kernel without CONFIG_NUMA?)")  # fmt: skip
+    if check.local_fraction is not None and check.local_fraction < REMOTE_WARN_LOCAL:
+        warn(row, "remote_memory", f"only {check.local_fraction:.0%} of the tree's anonymous memory sits on the slot's "
+             f"node(s) {format_cpulist(item.slot.mems)} ({describe_nodes(check.anon_kib_by_node)}): its memory "
+             "mostly lives off its node, so its speed is that of remote memory")  # fmt: skip
+    if sampler.error and row["status"] == "ok":
+        row.update(status="invalid", error=sampler.error)
     if check.violations and row["status"] == "ok":
         row.update(status="invalid", error="process ran outside its slot: " + "; ".join(check.violations))
 

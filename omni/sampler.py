@@ -4,9 +4,12 @@ Engines never report their own memory: a vLLM run is three processes (main,
 EngineCore, Worker) and what matters is their sum. Each tick (20 Hz) reads
 ``/proc/PID/statm`` of every process in the tree: RssAnon, through a kept
 descriptor, one syscall each. Less often, paced so each stays under a small
-CPU budget: ``/proc/PID/status`` for the CPU and memory binding each process
-actually has, and ``/proc/PID/smaps_rollup`` for Pss_Anon, which walks the
-page tables (costly) but counts pages shared between processes once.
+CPU budget: ``/proc/PID/status`` for the CPUs each process may use (and its
+cpuset's memory nodes), ``/proc/PID/smaps_rollup`` for Pss_Anon, which walks
+the page tables (costly) but counts pages shared between processes once, and
+``/proc/PID/numa_maps`` for the memory policy each process actually has and
+the node every resident page sits on (also a page-table walk; see
+:mod:`omni.mempolicy`).
 
 This kernel has no ``/proc/PID/task/TID/children`` (CONFIG_PROC_CHILDREN is
 off on many distro kernels), so the tree is found from the ppid field of
@@ -28,6 +31,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from omni.mempolicy import NumaMaps, parse_numa_maps, policy_of_thread
 from omni.procfs import read_all
 from omni.topology import parse_cpulist
 
@@ -115,6 +119,31 @@ def read_pss_anon_kib(pid: int) -> int | None:
     return None
 
 
+def read_numa_maps(pid: int) -> NumaMaps | None:
+    """The whole ``/proc/PID/numa_maps``, reduced; ``None`` if unreadable
+    (process gone, or a kernel built without CONFIG_NUMA)."""
+    try:
+        with open(f"/proc/{pid}/numa_maps", "rb") as f:
+            return parse_numa_maps(f.read())
+    except OSError:
+        return None
+
+
+def read_thread_policy(pid: int, tid: str) -> str | None:
+    """One thread's own memory policy from the first line of its numa_maps.
+
+    Reads 256 bytes, unbuffered, not the file: the kernel formats numa_maps
+    a mapping at a time until the read is filled, so this walks the page
+    tables of the executable's first two or three mappings only (a 4 KiB
+    read reached a vLLM process's heap: 7 ms a thread).
+    """
+    try:
+        with open(f"/proc/{pid}/task/{tid}/numa_maps", "rb", buffering=0) as f:
+            return policy_of_thread(f.read(256))
+    except OSError:
+        return None
+
+
 def parent_map() -> dict[int, list[int]]:
     """ppid -> children, from ``/proc/*/stat`` (field 4, after the ``(comm)``)."""
     children: dict[int, list[int]] = {}
@@ -142,7 +171,27 @@ class ProcessSeen:
     pid: int
     name: str
     cpus_allowed: list[int]
-    mems_allowed: list[int]
+    mems_allowed: list[int]  # the cpuset's nodes, not the memory policy
+    policy: str | None = None  # a thread's own memory policy (threads_seen only)
+
+
+@dataclass
+class NumaSeen:
+    """One process's memory placement: its latest ``numa_maps`` read, the
+    latest one taken in steady state, every policy it ever showed on any
+    mapping, and every policy it had itself (its task policy)."""
+
+    pid: int
+    name: str
+    latest: NumaMaps
+    steady: NumaMaps | None = None
+    policies: set[str] = field(default_factory=set)
+    task_policies: set[str] = field(default_factory=set)
+
+    @property
+    def settled(self) -> NumaMaps:
+        """Steady-state placement when the engine got there, else the last seen."""
+        return self.steady or self.latest
 
 
 @dataclass(frozen=True)
@@ -167,10 +216,11 @@ class TreeSampler:
     RssAnon is read from statm every ``interval`` (0.05 s = 20 Hz). The
     costlier reads are paced by what they cost, each kept under ``budget`` of
     one core: the tree refresh (which also reads each process's binding from
-    status) at most every ``tree_period_s``, and Pss_Anon (a 128 MiB process
-    costs about 1.5 ms a read, a multi-GB vLLM worker tens of ms). Both also
-    happen right after each phase mark, so after-load and steady always see
-    the whole tree.
+    status) at most every ``tree_period_s``, Pss_Anon (a 128 MiB process
+    costs about 1.5 ms a read, a multi-GB vLLM worker tens of ms) and
+    numa_maps (policy and pages per node, about the cost of Pss). All three
+    also happen right after each phase mark, so after-load and steady always
+    see the whole tree.
     """
 
     root_pid: int
@@ -181,6 +231,9 @@ class TreeSampler:
     pss_samples: list[PssSample] = field(default_factory=list)
     seen: dict[int, ProcessSeen] = field(default_factory=dict)
     threads_seen: dict[tuple[int, int], ProcessSeen] = field(default_factory=dict)
+    numa_seen: dict[int, NumaSeen] = field(default_factory=dict)
+    numa_reads: int = 0
+    numa_cpu_s: float = 0.0
     phase_marks: list[tuple[float, str]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -188,7 +241,12 @@ class TreeSampler:
         self._pids: set[int] = {self.root_pid}
         self._phase = "start"
         self._pss_due = self._tree_due = True
-        self._next_tree = self._next_pss = 0.0
+        # numa_maps only once the engine speaks (its first phase mark): before
+        # that the root may still be numactl, whose policy is not set yet.
+        self._numa_due = False
+        self._numa_live = False
+        self._thread_policies_read = False
+        self._next_tree = self._next_pss = self._next_numa = 0.0
         self._bindings: dict[tuple[int, str, str], tuple[list[int], list[int]]] = {}
         self._statm = StatmReader()
         self.error: str | None = None
@@ -206,7 +264,7 @@ class TreeSampler:
         """Record that the engine entered ``phase`` (called by the log reader)."""
         self.phase_marks.append((time.monotonic(), phase))
         self._phase = phase
-        self._tree_due = self._pss_due = True
+        self._tree_due = self._pss_due = self._numa_due = self._numa_live = True
 
     def phase_names(self) -> list[str]:
         return [phase for _, phase in self.phase_marks]
@@ -235,6 +293,12 @@ class TreeSampler:
                 self._pss_due = False
                 cost = self._timed(self._sample_pss)
                 self._next_pss = now + max(self.interval, cost / self.budget)
+            if self._numa_due or (self._numa_live and now >= self._next_numa):
+                self._numa_due = False
+                cost = self._timed(self._sample_numa_and_threads)
+                self.numa_reads += 1
+                self.numa_cpu_s += cost
+                self._next_numa = now + max(self.tree_period_s, cost / self.budget)
             next_t += self.interval
             # plain sleep: an Event.wait wake-up costs half as much again on a VM
             time.sleep(max(0.0, next_t - time.monotonic()))
@@ -292,6 +356,36 @@ class TreeSampler:
         self._pids.add(self.root_pid)
         if alive:
             self.samples.append(Sample(time.monotonic(), self._phase, total, alive))
+
+    def _sample_numa_and_threads(self) -> None:
+        self._sample_numa()
+        if self.threads_seen and not self._thread_policies_read:
+            self._thread_policies_read = True
+            self._read_thread_policies()
+
+    def _read_thread_policies(self) -> None:
+        """Once, after the threads' affinities: each thread's own memory policy
+        (``set_mempolicy`` is per thread). Not in the tree refresh: a few KiB of
+        numa_maps per thread still walks the first mappings' page tables, and
+        on a 70-thread vLLM tree that delayed the steady-state RSS samples."""
+        for (pid, tid), thread in self.threads_seen.items():
+            if tid != pid:  # the leader's policy is the process's, read whole by _sample_numa
+                thread.policy = read_thread_policy(pid, str(tid))
+
+    def _sample_numa(self) -> None:
+        for pid in list(self._pids):
+            maps = read_numa_maps(pid)
+            if maps is None or not maps.mappings:  # gone, or a zombie with no mm
+                continue
+            seen = self.numa_seen.get(pid)
+            name = self.seen[pid].name if pid in self.seen else "?"
+            if seen is None:
+                seen = self.numa_seen[pid] = NumaSeen(pid, name, maps)
+            seen.name, seen.latest = name, maps
+            seen.policies.update(maps.policies)
+            seen.task_policies.add(maps.task_policy)
+            if self._phase == "steady":
+                seen.steady = maps
 
     def _sample_pss(self) -> None:
         values = [read_pss_anon_kib(pid) for pid in list(self._pids)]

@@ -217,6 +217,10 @@ class SyntheticParams(_SpecModel):
     exit_code: int = Field(0, ge=0, le=255)  # non-zero: write nothing, exit with it
     daemonize: bool = False  # leave a setsid'ed daemon grandchild behind
     abort_at_exit: bool = False  # abort in teardown, after the result is written
+    # escape the slot's memory binding after load, as a misbehaving engine would:
+    # reset_policy: set_mempolicy(MPOL_DEFAULT) and allocate again;
+    # migrate_pages: move every page to a node outside the slot
+    escape: Literal["none", "reset_policy", "migrate_pages"] = "none"
 
 
 class VllmParams(_SpecModel):

@@ -17,21 +17,24 @@ import numbers
 import os
 import re
 import secrets
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Literal, NoReturn
+from typing import TYPE_CHECKING, Any, Literal, NoReturn
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from omni.errors import OmniError
 
-SCHEMA_VERSION = 2
+if TYPE_CHECKING:
+    import pandas as pd
+
+SCHEMA_VERSION = 3
 
 STATUSES = ("ok", "failed", "timeout", "refused", "invalid")
 BINDING_METHODS = ("numactl", "sched_setaffinity", "none")
@@ -68,6 +71,7 @@ _F64 = pa.float64()
 _BOOL = pa.bool_()
 _STRS = pa.list_(pa.string())
 _INTS = pa.list_(pa.int32())
+_I64S = pa.list_(pa.int64())
 _TIME = pa.timestamp("us", tz="UTC")
 
 
@@ -133,9 +137,20 @@ COLUMNS: tuple[Column, ...] = (
         ("membind", _INTS, None, "NUMA nodes memory was bound to"),
         ("binding_method", _STR, None, "how the binding was applied", {"choices": BINDING_METHODS}),
         ("cpus_allowed_seen", _INTS, None, "Cpus_allowed_list seen, union over the process tree"),
-        ("mems_allowed_seen", _INTS, None, "Mems_allowed_list seen, union over the process tree"),
-        ("binding_ok", _BOOL, None, "the binding seen matched the binding asked for"),
+        ("mems_allowed_seen", _INTS, None, "Mems_allowed_list seen, union over the tree: the cpuset's nodes, "
+         "not the memory policy (numactl --membind does not change it)"),
+        ("binding_ok", _BOOL, None, "CPUs, memory policy and page placement seen matched the slot"),
         ("binding_procs_checked", _I32, None, "processes whose binding was checked"),
+        ("straddle", _BOOL, None, "the slot spans several NUMA nodes, memory bound to all of them (v3)"),
+        ("slots_override", _STR, None, "slots given on the command line (--cores/--node) instead of the spec's (v3)"),
+        ("mempolicies_seen", _STRS, None, "memory policies seen in numa_maps, every process and thread, distinct (v3)"),
+        ("mem_anon_kib_by_node", _I64S, "KiB", "the tree's anonymous memory per NUMA node (index = node), steady state (v3)"),
+        ("mem_file_kib_by_node", _I64S, "KiB", "the tree's mapped file pages per NUMA node (index = node), steady state (v3)"),
+        ("mem_local_fraction", _F64, None, "share of the tree's anonymous memory on the slot's nodes, steady state (v3)"),
+        ("mem_file_local_fraction", _F64, None, "share of the tree's mapped file pages on the slot's nodes (v3)"),
+        ("numa_by_proc", _STR, None, "per process: pid, name, policies, anon/file KiB per node, JSON list (v3)", _JSON),
+        ("numa_maps_reads", _I32, None, "reads of the whole tree's numa_maps during the run (v3)"),
+        ("numa_maps_cpu_ms", _F64, "ms", "CPU the sampler spent reading numa_maps, all reads (v3)"),
         ("busy_max_pct", _F64, "%", "busiest slot CPU's load just before the run"),
         ("command", _STR, None, "engine command line, JSON argv list", _JSON),
     ),
@@ -238,7 +253,10 @@ def _suggest(key: str) -> str:
 
 
 def _is_missing(value: Any) -> bool:
-    if value is None or value is pd.NA or value is pd.NaT:
+    # pandas is imported only by readers (a run's writer stays light): if it
+    # is not loaded (or still loading, in another thread), no value is pd.NA or pd.NaT
+    pd = sys.modules.get("pandas")
+    if value is None or any(value is getattr(pd, name, None) for name in ("NA", "NaT") if pd is not None):
         return True
     return isinstance(value, (float, np.floating)) and math.isnan(value)
 
@@ -431,7 +449,15 @@ def _v1_to_v2(table: pa.Table) -> pa.Table:
     return table
 
 
-UPGRADES: dict[int, Callable[[pa.Table], pa.Table]] = {1: _v1_to_v2}
+def _v2_to_v3(table: pa.Table) -> pa.Table:
+    """v3 added the memory policy and page placement columns (mempolicies_seen,
+    mem_*_by_node, mem_*local_fraction, numa_by_proc, numa_maps_*), straddle and
+    slots_override: not measured before, so null. Nothing else changed meaning,
+    except mems_allowed_seen, which was always the cpuset and is now named so."""
+    return table
+
+
+UPGRADES: dict[int, Callable[[pa.Table], pa.Table]] = {1: _v1_to_v2, 2: _v2_to_v3}
 
 
 def upgrade_table(table: pa.Table, columns: list[str] | None = None) -> pa.Table:
@@ -492,13 +518,12 @@ def _cast(values: pa.ChunkedArray, col: Column) -> pa.ChunkedArray:
         raise OmniError(f"column {col.name!r}: cannot read {values.type} as {col.type}: {err}")
 
 
-# Nullable pandas dtypes, so an int column with a null stays an int column.
-_PANDAS_TYPES = {
-    pa.int16(): pd.Int16Dtype(),
-    pa.int32(): pd.Int32Dtype(),
-    pa.int64(): pd.Int64Dtype(),
-    pa.bool_(): pd.BooleanDtype(),
-}
+def _pandas_types() -> dict:
+    """Nullable pandas dtypes, so an int column with a null stays an int column."""
+    import pandas as pd
+
+    return {pa.int16(): pd.Int16Dtype(), pa.int32(): pd.Int32Dtype(), pa.int64(): pd.Int64Dtype(),
+            pa.bool_(): pd.BooleanDtype()}  # fmt: skip
 
 
 def load_runs(results_dir: Path, sweep_id: str | None = None, columns: list[str] | None = None) -> pd.DataFrame:
@@ -513,7 +538,7 @@ def load_runs(results_dir: Path, sweep_id: str | None = None, columns: list[str]
         unknown = [c for c in columns if c not in COLUMNS_BY_NAME]
         if unknown:
             raise OmniError(f"unknown column(s) {unknown}; see omni.store.COLUMNS")
-    return read_table(results_dir, sweep_id, columns).to_pandas(types_mapper=_PANDAS_TYPES.get)
+    return read_table(results_dir, sweep_id, columns).to_pandas(types_mapper=_pandas_types().get)
 
 
 # Few distinct values per column: scan() keeps them dictionary-encoded, three

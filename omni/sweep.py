@@ -11,18 +11,21 @@ import os
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from omni.errors import OmniError
 
-from omni.plan import new_sweep_id, plan_sweep, sweep_slots
+from omni.plan import SlotOverride, new_sweep_id, plan_sweep, sweep_slots
 from omni.provenance import collect_host_provenance
 from omni.resources import resolve_all
 from omni.runner import PlanItem, RunContext, run_arm
 from omni.spec import LoadedSpec, load_spec
-from omni.stats import ArmTable, describe_arms
 from omni.schedule import hold_cpus, run_concurrently
 from omni.store import load_runs, stored_run_ids, write_run
 from omni.topology import Slot
+
+if TYPE_CHECKING:
+    from omni.stats import ArmTable
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TABLE_METRICS = ("decode_tok_s", "prefill_tok_s", "ttft_ms", "load_s", "rss_anon_tree_mb", "rss_anon_steady_mb")
@@ -73,6 +76,7 @@ def write_manifest(prepared: PreparedSweep) -> Path:
         "passes": prepared.passes,
         "seed": prepared.loaded.sweep.seed,
         "slots": [s.describe() for s in prepared.slots],
+        "slots_override": _override_fields(prepared.context.slots_override),
         "run_ids": [item.run_id for item in prepared.items],
         "created_at": datetime.now(timezone.utc).isoformat(),
     }
@@ -80,6 +84,24 @@ def write_manifest(prepared: PreparedSweep) -> Path:
     tmp.write_text(json.dumps(manifest, indent=1) + "\n")
     os.replace(tmp, path)
     return path
+
+
+def _override_fields(override: SlotOverride | None) -> dict | None:
+    return {"cores": list(override.cores), "node": override.node, "straddle": override.straddle} if override else None
+
+
+def _resume_override(manifest: dict, given: SlotOverride | None) -> SlotOverride | None:
+    """A resumed sweep runs on the slots it started with: --cores/--node given
+    again must match them (or be left out)."""
+    fields = manifest.get("slots_override")
+    kept = SlotOverride(tuple(fields["cores"]), fields["node"], fields["straddle"]) if fields else None
+    if given and given != kept:
+        started = kept.describe() if kept else "the spec's slots"
+        raise OmniError(
+            f"sweep {manifest['sweep_id']} started on {started}; resume it without {given.describe()} "
+            "(it keeps its slots) or start a new sweep"
+        )
+    return kept
 
 
 def _resume_source(results: Path, resume: str, spec: str | Path | None) -> tuple[Path, int]:
@@ -106,6 +128,7 @@ def prepare_sweep(
     resume: str | None = None,
     sysfs_root: str | Path = "/",
     build: bool = True,
+    slots_override: SlotOverride | None = None,
 ) -> PreparedSweep:
     """Load and validate everything a sweep needs before anything runs.
 
@@ -113,7 +136,8 @@ def prepare_sweep(
     started with and keeps only the runs not stored yet. ``build`` makes missing
     engine envs and models (minutes, once); a dry run passes False and shows
     where they would be. A ``sysfs_root`` other than ``/`` plans placement on
-    that (fixture) host's topology and does not apply it.
+    that (fixture) host's topology and does not apply it. ``slots_override``
+    (``--cores``/``--node``) replaces the spec's slot request.
     """
     results = Path(results).resolve()
     if resume:
@@ -122,13 +146,15 @@ def prepare_sweep(
         if sweep_id not in (None, resume):
             raise OmniError(f"resume {resume!r} and sweep_id {sweep_id!r} differ; give one of them")
         spec, passes = _resume_source(results, resume, spec)
+        slots_override = _resume_override(read_manifest(results, resume), slots_override)
         sweep_id = resume
     elif spec is None:
         raise OmniError("give a sweep spec (e.g. arms/smoke.yaml), or --resume SWEEP_ID")
     loaded = load_spec(spec)
     passes = passes or loaded.sweep.passes
     sweep_id = sweep_id or new_sweep_id(loaded.sweep.name)
-    slots = sweep_slots(loaded, sysfs_root)
+    slots_override = slots_override or None
+    slots = sweep_slots(loaded, sysfs_root, slots_override)
     items = plan_sweep(loaded, sweep_id, slots, passes)
     planned = len(items)
     if resume:
@@ -147,6 +173,7 @@ def prepare_sweep(
         repo_root=REPO_ROOT,
         resources=resolve_all(REPO_ROOT, list(loaded.sweep.arms), build=build),
         simulate_placement=Path(sysfs_root).resolve() != Path("/"),
+        slots_override=slots_override,
     )
     return PreparedSweep(loaded, sweep_id, context, items, slots, passes, planned)
 
@@ -168,6 +195,10 @@ def run_sweep_items(prepared: PreparedSweep) -> list[dict]:
 
 
 def sweep_table(results: str | Path, sweep_id: str) -> ArmTable:
+    # here, not at the top: scipy (via stats) and pandas cost seconds, and the
+    # run path (prepare, run, store) needs neither, e.g. in a slow test guest
+    from omni.stats import describe_arms
+
     frame = load_runs(Path(results), sweep_id=sweep_id).sort_values("order_index")
     return describe_arms(frame.to_dict("records"), TABLE_METRICS)
 

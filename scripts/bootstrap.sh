@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Install whatever is missing, idempotently: Debian numactl, PostgreSQL and Chromium, the orchestrator
+# Install whatever is missing, idempotently: Debian numactl, PostgreSQL, Chromium and the two-node
+# test guest's QEMU, kernel and busybox, the orchestrator
 # venv (.venv) and omni in it. Safe to run any number of times; fast when
 # nothing changed (the venv is keyed by a hash of pyproject.toml).
 set -euo pipefail
@@ -15,6 +16,11 @@ missing=()
 command -v numactl >/dev/null || missing+=(numactl)
 command -v pg_ctlcluster >/dev/null || missing+=(postgresql)
 command -v chromium >/dev/null || missing+=(chromium)  # renders the HTML report in a test
+# the two-node QEMU guest of tests/test_numa_vm.py (virtme-ng boots a Debian
+# kernel over this root filesystem; busybox is its initramfs shell)
+command -v qemu-system-x86_64 >/dev/null || missing+=(qemu-system-x86)
+compgen -G "/boot/vmlinuz-*" >/dev/null || missing+=(linux-image-amd64)
+command -v busybox >/dev/null || missing+=(busybox-static)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "bootstrap: installing ${missing[*]} (Debian packages)"
   if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi

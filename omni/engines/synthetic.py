@@ -11,13 +11,16 @@ measures (memory accounting, CPU contention, noise).
 from __future__ import annotations
 
 import atexit
+import ctypes
 import mmap
 import os
+import platform
 import subprocess
 import sys
 import time
 
 from omni.engines.protocol import log, mark_phase, serve
+from omni.topology import parse_cpulist
 
 MIB = 1 << 20
 PAGE = mmap.PAGESIZE
@@ -89,6 +92,58 @@ def spawn_daemon() -> int:
     return daemon.pid
 
 
+# x86_64 and aarch64 syscall numbers: glibc has no wrapper for these (libnuma does)
+_SYSCALLS = {"x86_64": {"set_mempolicy": 238, "migrate_pages": 256},
+             "aarch64": {"set_mempolicy": 237, "migrate_pages": 238}}  # fmt: skip
+MPOL_DEFAULT = 0
+
+
+def _syscall(name: str, *args) -> int:
+    numbers = _SYSCALLS.get(platform.machine())
+    if numbers is None:
+        raise RuntimeError(f"escape: no {name} syscall number known for {platform.machine()}")
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    result = libc.syscall(ctypes.c_long(numbers[name]), *args)
+    if result < 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"{name} failed: {os.strerror(errno)}")
+    return result
+
+
+def _nodemask(nodes: list[int]) -> ctypes.c_ulong:
+    return ctypes.c_ulong(sum(1 << n for n in nodes))
+
+
+def online_nodes() -> list[int]:
+    try:
+        with open("/sys/devices/system/node/online") as f:
+            return parse_cpulist(f.read())
+    except OSError:
+        return [0]
+
+
+def escape_binding(how: str, slot_nodes: list[int], mb: float) -> mmap.mmap | None:
+    """Leave the slot's memory binding the way a misbehaving engine would, so
+    the harness can be shown to catch it.
+
+    ``reset_policy``: drop the policy numactl set (MPOL_DEFAULT) and touch new
+    memory under it. ``migrate_pages``: move this process's pages from the
+    slot's nodes to another node (needs a host with one).
+    """
+    if how == "reset_policy":
+        _syscall("set_mempolicy", ctypes.c_int(MPOL_DEFAULT), None, ctypes.c_ulong(0))
+        log("escape: memory policy reset to default")
+        return touch_anonymous(max(mb, 1.0))
+    others = sorted(set(online_nodes()) - set(slot_nodes))
+    if not others:
+        raise RuntimeError(f"escape=migrate_pages needs a NUMA node outside the slot's {slot_nodes}; this host has none")
+    old, new = _nodemask(slot_nodes), _nodemask(others[:1])
+    left = _syscall("migrate_pages", ctypes.c_int(os.getpid()), ctypes.c_ulong(64), ctypes.byref(old), ctypes.byref(new))
+    log(f"escape: migrated pages from nodes {slot_nodes} to node {others[0]} ({left} could not move)")
+    return None
+
+
 def generate(arm: dict, params: dict) -> dict:
     """Prefill then decode, token by token, timing both like a real engine."""
     batch, prompt_len, max_tokens = arm["batch_size"], arm["prompt_len"], arm["max_tokens"]
@@ -127,6 +182,7 @@ def run(arm: dict) -> dict:
         log(f"exiting with code {params['exit_code']} as asked")
         sys.exit(params["exit_code"])
     daemon_pid = spawn_daemon() if params["daemonize"] else None
+    escaped = escape_binding(params["escape"], arm["slot"]["mems"], mb_each) if params["escape"] != "none" else None
     if params["abort_at_exit"]:
         atexit.register(os.abort)  # like a C++ runtime dying in teardown
     mark_phase("loaded")
@@ -141,7 +197,7 @@ def run(arm: dict) -> dict:
     for child in children:
         child.stdin.close()
         child.wait()
-    del region
+    del region, escaped
     metrics["load_s"] = load_s
     return {
         "metrics": metrics,
