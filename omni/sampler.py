@@ -36,6 +36,7 @@ from omni.procfs import read_all
 from omni.topology import parse_cpulist
 
 KIB_PER_MIB = 1024
+NUMA_PHASES = ("steady",)  # phase marks that trigger a numa_maps read (plus the first mark)
 
 
 _STATUS_FIELDS = re.compile(rb"^(Name|State|RssAnon|Cpus_allowed_list|Mems_allowed_list):\s*(.*)$", re.M)
@@ -264,7 +265,11 @@ class TreeSampler:
         """Record that the engine entered ``phase`` (called by the log reader)."""
         self.phase_marks.append((time.monotonic(), phase))
         self._phase = phase
-        self._tree_due = self._pss_due = self._numa_due = self._numa_live = True
+        self._tree_due = self._pss_due = self._numa_live = True
+        # numa_maps at the first mark and in steady state only: after "loaded"
+        # comes the engine's warm-up and timed work, which a 60 ms read of a
+        # vLLM tree on a shared core would disturb; paced reads go on between
+        self._numa_due = self._numa_due or phase in NUMA_PHASES or len(self.phase_marks) == 1
 
     def phase_names(self) -> list[str]:
         return [phase for _, phase in self.phase_marks]

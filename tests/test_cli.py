@@ -29,11 +29,13 @@ def omni(*args: str, cwd: Path = REPO, timeout: float = 300) -> subprocess.Compl
 @pytest.mark.slow
 def test_smoke_sweep_writes_six_rows_and_prints_the_table(tmp_path):
     results = tmp_path / "results"
-    # --force: a busy shared CI host must not turn this into a refusal test
-    done = omni("sweep", "arms/smoke-synthetic.yaml", "--results", str(results), "--force")
+    # --force: a busy shared CI host must not turn this into a refusal test;
+    # --cores 0: the command line's slot reaches the flow and every row
+    done = omni("sweep", "arms/smoke-synthetic.yaml", "--results", str(results), "--force", "--cores", "0")
     assert done.returncode == 0, done.stderr[-3000:]
     frame = pd.read_parquet(results / "runs")
     assert len(frame) == 6
+    assert (frame["slots_override"] == "--cores 0").all() and all(list(c) == [0] for c in frame["cpus"])
     assert sorted(frame["arm"].value_counts().items()) == [("large", 3), ("small", 3)]
     assert (frame["status"] == "ok").all()
     assert frame["prefect_flow_run_id"].notna().all()

@@ -10,7 +10,7 @@ import yaml
 
 from omni.reaper import find_run_processes
 from omni.store import list_temp_files, load_runs
-from omni.sweep import prepare_sweep, run_and_store
+from omni.sweep import prepare_sweep, run_and_store, write_manifest
 
 pytestmark = pytest.mark.slow
 
@@ -131,3 +131,45 @@ def test_crash_in_teardown_after_the_result_keeps_the_numbers_with_a_warning(tmp
     assert row["status"] == "ok" and row["exit_code"] == -6
     assert row["decode_tok_s"] > 0
     assert "teardown_crash" in row["warning_rules"] and "SIGABRT" in " ".join(row["warnings"])
+
+
+def test_cores_override_is_recorded_and_kept_on_resume(tmp_path):
+    from omni.errors import OmniError
+    from omni.plan import SlotOverride
+
+    spec = write_spec(tmp_path, [synthetic("a"), synthetic("b")])
+    results = tmp_path / "results"
+    prepared = prepare_sweep(spec, results=results, slots_override=SlotOverride(("0",)))
+    write_manifest(prepared)
+    row = run_and_store(prepared.context, prepared.items[0])  # then "crash": one run left
+    assert row["slots_override"] == "--cores 0" and row["cpus"] == [0] and row["straddle"] is False
+    resumed = prepare_sweep(None, results=results, resume=prepared.sweep_id)
+    assert [i.slot.cpus for i in resumed.items] == [(0,)] and resumed.context.slots_override == SlotOverride(("0",))
+    with pytest.raises(OmniError, match="started on --cores 0; resume it without --node 0"):
+        prepare_sweep(None, results=results, resume=prepared.sweep_id, slots_override=SlotOverride(node=0))
+
+
+def test_memory_policy_and_locality_are_recorded_and_a_reset_policy_is_invalid(tmp_path):
+    """On any host, one node or more: numactl's bind policy is seen in every
+    process's numa_maps, the pages sit on the slot's node, and an engine that
+    resets its own policy (set_mempolicy(MPOL_DEFAULT)) is stored invalid."""
+    rows = run_all(tmp_path, [synthetic("bound", mem_mb=64, procs=2), synthetic("reset", mem_mb=16, escape="reset_policy")])
+    bound, reset = rows["bound"], rows["reset"]
+    node = bound["numa_node"]
+    assert bound["status"] == "ok" and bound["binding_ok"], bound.get("error")
+    assert f"bind:{node}" in bound["mempolicies_seen"]
+    assert set(bound["mempolicies_seen"]) <= {f"bind:{node}", "local"}  # local: OpenBLAS buffers, if loaded
+    assert bound["mem_local_fraction"] == 1.0 and bound["mem_anon_kib_by_node"][node] >= 64 * 1024
+    assert len(bound["numa_by_proc"]) == 2 and bound["numa_maps_reads"] >= 2
+    assert reset["status"] == "invalid" and not reset["binding_ok"]
+    assert f"memory policy default, not bind:{node}" in reset["error"] and "pid " in reset["error"]
+    assert "default" in reset["mempolicies_seen"]
+
+
+def test_migrate_pages_escape_needs_a_second_node(tmp_path):
+    rows = run_all(tmp_path, [synthetic("migrate", escape="migrate_pages")])
+    row = rows["migrate"]
+    if row["numa_nodes"] > 1:
+        assert row["status"] == "invalid" and "outside membind" in row["error"]
+    else:  # one node: nowhere to move pages to, and the engine says so
+        assert row["status"] == "failed" and "needs a NUMA node outside the slot" in row["error"]

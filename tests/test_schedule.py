@@ -122,3 +122,47 @@ def test_bad_slot_requests_give_one_message_and_launch_nothing(tmp_path, slots, 
     assert done.stderr.startswith(f"error: {spec}: ") and needle in done.stderr, done.stderr
     assert len(done.stderr.strip().splitlines()) <= 3 and "Traceback" not in done.stderr
     assert not results.exists()
+
+
+@pytest.mark.parametrize(
+    "flags, slots",
+    [
+        (["--cores", "56-79"], ["slot 0: node 1, cpus 56-79, membind 1"]),
+        (["--cores", "0-3", "--cores", "56-59"], ["slot 0: node 0, cpus 0-3, membind 0", "slot 1: node 1, cpus 56-59, membind 1"]),
+        (["--node", "1"], ["slot 0: node 1, cpus 56-83, membind 1", "slot 1: node 1, cpus 84-111, membind 1"]),
+        (["--cores", "50-60", "--straddle"], ["slot 0: node 0, cpus 50-60, membind 0-1"]),
+    ],
+)  # fmt: skip
+def test_cores_and_node_override_the_spec_slots(tmp_path, flags, slots):
+    """The origin harness's --cores: the spec asks for 28-core slots on both
+    nodes; the command line replaces that (spec's cores kept for --node)."""
+    root = xeon_8480c_2s(tmp_path / "sysfs")
+    spec = write_spec(tmp_path, [synthetic("a")], slots={"cores": 28})
+    done = omni("sweep", str(spec), "--results", str(tmp_path / "results"), "--dry-run", "--sysfs-root", str(root), *flags)
+    assert done.returncode == 0, done.stderr
+    for slot in slots:
+        assert slot in done.stdout, done.stdout
+    assert f"on {len(slots)} slot(s)" in done.stdout
+
+
+@pytest.mark.parametrize(
+    "flags, needle",
+    [
+        (["--cores", "50-60"], "--cores 50-60 (overriding"),
+        (["--cores", "300"], "CPU(s) 300 that this host does not have (present: 0-223)"),
+        (["--node", "2"], "slots.node 2 does not exist on this host (nodes: 0, 1)"),
+        (["--cores", "0-3", "--node", "1"], "give --cores or --node, not both"),
+        (["--cores", "3-x"], "--cores 3-x: --cores:"),
+        (["--cores", "0-3", "--cores", "2-5"], "share CPU(s) 2-3"),
+        (["--straddle"], "--straddle applies to --cores or --node"),
+    ],
+)  # fmt: skip
+def test_bad_cores_or_node_give_one_message_and_launch_nothing(tmp_path, flags, needle):
+    root = xeon_8480c_2s(tmp_path / "sysfs")
+    spec = write_spec(tmp_path, [synthetic("a")])
+    results = tmp_path / "results"
+    done = omni("sweep", str(spec), "--results", str(results), "--sysfs-root", str(root), *flags)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert needle in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) <= 3 and "Traceback" not in done.stderr
+    assert not results.exists()

@@ -302,6 +302,20 @@ def test_old_schema_fixture_upgrades(tmp_path):
     assert old["schema_version"] == store.SCHEMA_VERSION
 
 
+def test_v2_file_reads_with_the_memory_placement_columns_unknown(tmp_path):
+    # run_v2.parquet: written by the schema-2 writer (before memory policy and
+    # page placement were measured), where mems_allowed_seen was all there was
+    partition = tmp_path / "runs" / "sweep=s-2026-11-20"
+    partition.mkdir(parents=True)
+    shutil.copy(FIXTURES / "run_v2.parquet", partition / "r-v2-0001.parquet")
+    old = store.load_runs(tmp_path).set_index("run_id").loc["r-v2-0001"]
+    assert old["schema_version"] == store.SCHEMA_VERSION == 3
+    assert old["binding_ok"] and list(old["mems_allowed_seen"]) == [0]
+    for column in ("mempolicies_seen", "mem_anon_kib_by_node", "mem_local_fraction", "numa_by_proc", "straddle",
+                   "slots_override", "numa_maps_reads"):  # fmt: skip
+        assert old[column] is None or pd.isna(old[column]), column
+
+
 def test_upgrade_table_conforms_to_current_schema():
     old = pa.table({"run_id": ["r"], "sweep_id": ["s"], "status": ["ok"]})
     assert store.upgrade_table(old).schema == store.schema()
