@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -52,7 +53,7 @@ def vng_argv(out: Path, command: str) -> list[str]:
     ]  # fmt: skip
 
 
-def boot(out: Path, capture: bool = False, timeout_s: float = 600) -> dict:
+def boot(out: Path, capture: bool = False, timeout_s: float = 540) -> dict:
     """Run the guest script; return timings. Raises with the guest's log on failure."""
     missing = missing_tools()
     if missing:
@@ -65,12 +66,20 @@ def boot(out: Path, capture: bool = False, timeout_s: float = 600) -> dict:
     guest_cmd = f"cd {REPO} && {sys.executable} tests/numa_vm/guest.py {out}" + (" --capture" if capture else "")
     env = {**os.environ, "PATH": f"{VENV_BIN}:{os.environ.get('PATH', '')}"}  # vng runs virtme-run from there
     started = time.monotonic()
-    done = subprocess.run(vng_argv(out, guest_cmd), capture_output=True, text=True, timeout=timeout_s, env=env, cwd=REPO)
+    log = out / "guest.log"
+    with open(log, "w") as sink:
+        # own session: on a timeout, QEMU (vng's child) goes down with vng
+        guest = subprocess.Popen(vng_argv(out, guest_cmd), stdout=sink, stderr=subprocess.STDOUT, env=env, cwd=REPO,
+                                 stdin=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+        try:
+            code = guest.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(guest.pid, signal.SIGKILL)
+            guest.wait()
+            code = f"killed after the {timeout_s:g} s timeout"
     wall = time.monotonic() - started
-    (out / "guest.log").write_text(done.stdout + done.stderr)
-    if done.returncode != 0 or not (out / "report.json").exists():
-        raise RuntimeError(f"guest failed (exit {done.returncode}) after {wall:.0f} s; log {out / 'guest.log'}:\n"
-                           f"{(done.stdout + done.stderr)[-4000:]}")  # fmt: skip
+    if code != 0 or not (out / "report.json").exists():
+        raise RuntimeError(f"guest failed (exit {code}) after {wall:.0f} s; log {log}:\n{log.read_text()[-4000:]}")
     return {"wall_s": wall}
 
 
