@@ -14,7 +14,7 @@ from pathlib import Path
 
 from omni.summary import Change, Judged, SweepComparison, SweepSummary, as_json
 
-VERDICT_COLORS = {"better": "#1a7f37", "worse": "#cf222e", "within noise": "#57606a", "inconclusive": "#bf8700"}
+VERDICT_COLORS = {"better": "#1a7f37", "worse": "#cf222e", "equivalent": "#57606a", "inconclusive": "#bf8700"}
 
 
 def _num(value: float | None) -> str:
@@ -29,7 +29,11 @@ def _verdict_text(judged: Judged) -> str:
     c = judged.comparison
     if c is None or c.ratio is None:
         return "inconclusive (no values)"
+    if c.ci_low is None:
+        return f"inconclusive: x{c.ratio:.3f}, fewer than 2 runs on a side"
     text = f"{c.verdict}: x{c.ratio:.3f} [{c.ci_low:.3f}, {c.ci_high:.3f}]"
+    if c.below_min_effect:
+        text += f", below min_effect {c.min_effect:.0%}"
     if c.passes_needed:
         text += f", needs {c.passes_needed} passes"
     return text
@@ -52,8 +56,10 @@ def summary_markdown(summary: SweepSummary) -> str:
             outliers = f" ({len(cell.outliers)} outlier(s))" if cell.outliers else ""
             lines.append(f"| {arm} | {metric} | {cell.n}{outliers} | {_num(cell.median)} | {_num(cell.mad)} | {cv} "
                          f"| {ci} | {_num(cell.min)} | {_num(cell.max)} | {verdict} |")  # fmt: skip
-    lines += ["", "Noise floors (relative noise of one run):"]
-    lines += [f"- {m}: {f:.2%} ({src})" for m, (f, src) in summary.floors.items()]
+    lines += ["", "Smallest effect that matters (min_effect; equivalent = the interval inside +-min_effect):"]
+    lines += [f"- {m}: {e:.1%} ({src})" for m, (e, src) in summary.min_effects.items()]
+    lines += ["", "Verdicts: Welch t interval of the ratio of geometric means on log run values, noise from "
+              "these runs (interleaved passes: drift cancels within the sweep)."]  # fmt: skip
     extra = sorted({w for j in summary.judged.values() for w in j.warnings})
     if summary.warnings or extra:
         lines += ["", "Warnings:"] + [f"- {w}" for w in (*summary.warnings, *extra)]
@@ -70,6 +76,10 @@ def comparison_markdown(result: SweepComparison) -> str:
         c = judged.comparison
         n_before, n_after = (c.n_base, c.n_other) if c else ("-", "-")
         lines.append(f"| {arm} | {metric} | {n_before} | {n_after} | {_verdict_text(judged)} |")
+    drifts = sorted({(j.comparison.drift, j.comparison.min_effect) for j in result.judged.values() if j.comparison})
+    lines += ["", "Two sweeps: each interval includes an assumed between-sweep drift of "
+              + ", ".join(f"{d:.2%} (min_effect {e:.0%})" for d, e in drifts)
+              + " per sweep, which interleaving cannot cancel across sweeps."]  # fmt: skip
     extra = sorted({w for j in result.judged.values() for w in j.warnings})
     if extra:
         lines += ["", "Warnings:"] + [f"- {w}" for w in extra]
@@ -138,13 +148,13 @@ def distribution_svg(summary: SweepSummary, metric: str) -> str:
 
 def forest_svg(rows: list[tuple[str, Judged]], title: str) -> str:
     """Ratio to the baseline with its interval per (arm, metric), on a log
-    axis (x2 and x0.5 equally far from 1); the shaded band is +-2 noise floors,
-    inside which a difference that is not significant counts as noise."""
-    shown = [(label, j.comparison) for label, j in rows if j.comparison and j.comparison.ratio]
+    axis (x2 and x0.5 equally far from 1); the shaded band is +-min_effect:
+    an interval wholly inside it is "equivalent"."""
+    shown = [(label, j.comparison) for label, j in rows if j.comparison and j.comparison.ci_low]
     if not shown:
         return ""
     log = math.log
-    band = lambda c: (log(1 / (1 + 2 * c.floor)), log(1 + 2 * c.floor))  # noqa: E731
+    band = lambda c: (-log(1 + c.min_effect), log(1 + c.min_effect))  # noqa: E731
     lows = [log(c.ci_low) for _, c in shown] + [band(c)[0] for _, c in shown]
     highs = [log(c.ci_high) for _, c in shown] + [band(c)[1] for _, c in shown]
     scale, lo, hi = _scale(min(lows), max(highs), LEFT, W - RIGHT)
@@ -199,13 +209,13 @@ def html_report(summary: SweepSummary, history: dict | None = None) -> str:
     rows = [(f"{arm} {metric}", j) for (arm, metric), j in summary.judged.items()]
     if rows:
         body += ["<h2>Against the baseline</h2>",
-                 "<p>Ratio of medians (arm / baseline) with its 95 % interval, log axis; grey band: +-2 noise floors. "
+                 "<p>Ratio of geometric means (arm / baseline) with its 95 % interval, log axis; grey band: +-min_effect. "
                  + " ".join(f'<span style="color:{c}">&#9632; {v}</span>' for v, c in VERDICT_COLORS.items()) + "</p>",
                  forest_svg(rows, "ratio to baseline")]  # fmt: skip
     body.append("<h2>Per-arm distributions</h2>")
     for metric in summary.metrics:
-        floor, source = summary.floors[metric]
-        body += [f"<h3>{html.escape(metric)} <small>(noise floor {floor:.2%}, {html.escape(source)})</small></h3>",
+        effect, source = summary.min_effects[metric]
+        body += [f"<h3>{html.escape(metric)} <small>(min_effect {effect:.1%}, {html.escape(source)})</small></h3>",
                  distribution_svg(summary, metric)]  # fmt: skip
     if history and history.get("points"):
         flagged = {(c.arm, c.metric): set() for c in history["changes"]}

@@ -497,8 +497,24 @@ class Sweep(_SpecModel):
     timeout_s: float = Field(600.0, gt=0)
     busy_threshold_pct: float = Field(50.0, gt=0, le=100)  # a busier slot CPU refuses the run
     baseline: str | None = None  # default: the first arm
+    # the smallest relative effect that matters: one number for every metric,
+    # or {default: 0.05, decode_tok_s: 0.02, ...}; unset: 5 % times, 1 % memory
+    min_effect: float | dict[str, float] | None = None
     slots: SlotRequest = SlotRequest()
     arms: list[Arm] = []  # explicit arms, then those of matrix: blocks
+
+    @field_validator("min_effect")
+    @classmethod
+    def _min_effect(cls, value: float | dict[str, float] | None) -> float | dict[str, float] | None:
+        from omni.store import COLUMNS_BY_NAME  # the metrics a verdict is given for
+
+        for key, effect in ({"default": value} if isinstance(value, (int, float)) else value or {}).items():
+            if not 0 < effect < 1:
+                raise _problem(f"{key}: {effect} is not a relative effect; give e.g. 0.05 for 5 %")
+            if key != "default" and (key not in COLUMNS_BY_NAME or not COLUMNS_BY_NAME[key].better):
+                metrics = sorted(c.name for c in COLUMNS_BY_NAME.values() if c.better)
+                raise _problem(f"{key!r} is no judged metric; use default or one of {', '.join(metrics)}")
+        return value
 
     @property
     def baseline_arm(self) -> str:

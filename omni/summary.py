@@ -24,8 +24,9 @@ from omni.errors import OmniError
 from omni.retract import retracted_runs
 from omni.spec import load_spec
 from omni.stats import (
+    DEFAULT_DRIFT,
     DEFAULT_FLOORS,
-    EFFECT_IN_FLOORS,
+    DEFAULT_MIN_EFFECT,
     MEDIAN_EFFICIENCY,
     MIN_FLOORS,
     Comparison,
@@ -142,15 +143,35 @@ def ok_rows(results: Path, sweep_id: str, include_retracted: bool = False) -> tu
     return frame[frame["status"] == "ok"], frame, excluded
 
 
+def sweep_spec(results: Path, sweep_id: str):
+    """The sweep's own spec copy (results/sweeps/<id>/spec.*), or None."""
+    copies = sorted((Path(results) / "sweeps" / sweep_id).glob("spec.*"))
+    return load_spec(copies[0]).sweep if copies else None
+
+
 def baseline_of(results: Path, sweep_id: str, arms: list[str]) -> str | None:
     """The spec's baseline arm, from the sweep's own spec copy; else the first arm."""
-    folder = Path(results) / "sweeps" / sweep_id
-    copies = sorted(folder.glob("spec.*"))
-    if copies:
-        baseline = load_spec(copies[0]).sweep.baseline_arm
-        if baseline in arms:
-            return baseline
+    spec = sweep_spec(results, sweep_id)
+    if spec is not None and spec.baseline_arm in arms:
+        return spec.baseline_arm
     return arms[0] if arms else None
+
+
+def min_effects(results: Path, sweep_id: str, metrics: list[str]) -> dict[str, tuple[float, str]]:
+    """metric -> (smallest effect that matters, where it came from): the
+    spec's ``min_effect`` (per metric, else its default), else omni's default."""
+    spec = sweep_spec(results, sweep_id)
+    given = spec.min_effect if spec is not None else None
+    given = {"default": given} if isinstance(given, (int, float)) else (given or {})
+    out = {}
+    for metric in metrics:
+        if metric in given:
+            out[metric] = (float(given[metric]), f"spec min_effect.{metric}")
+        elif "default" in given:
+            out[metric] = (float(given["default"]), "spec min_effect")
+        else:
+            out[metric] = (DEFAULT_MIN_EFFECT[floor_kind(metric)], "default")
+    return out
 
 
 # --- many groups at once ---
@@ -243,6 +264,7 @@ class SweepSummary:
     arms: tuple[str, ...]
     metrics: tuple[str, ...]
     floors: dict[str, tuple[float, str]]
+    min_effects: dict[str, tuple[float, str]]
     cells: dict[tuple[str, str], Summary]
     judged: dict[tuple[str, str], Judged]  # arm != baseline
     runs: dict[str, int]
@@ -265,16 +287,39 @@ def _mmap_modes(frame: pd.DataFrame, arm: str) -> set:
     return {None if pd.isna(v) else bool(v) for v in frame.loc[frame["arm"] == arm, "mmap"]}
 
 
-def judge(base: pd.DataFrame, other: pd.DataFrame, base_arm: str, arm: str, metric: str, floor: float) -> Judged:
-    """Compare ``arm`` (rows ``other``) with ``base_arm`` (rows ``base``) on one metric."""
+def judge(
+    base: pd.DataFrame, other: pd.DataFrame, base_arm: str, arm: str, metric: str, min_effect: float, drift: float = 0.0
+) -> Judged:
+    """Compare ``arm`` (rows ``other``) with ``base_arm`` (rows ``base``) on one
+    metric; ``drift`` > 0 when the two come from different sweeps."""
     warnings = tuple(_row_warnings(base, base_arm) + _row_warnings(other, arm))
     if floor_kind(metric) == "memory":
         modes = _mmap_modes(base, base_arm) | _mmap_modes(other, arm)
         if len(modes - {None}) > 1:
             return Judged(None, "refused: mixed mmap modes (mmap weights are file pages, not RssAnon)", warnings)
     result = compare(_values(base, base_arm, metric), _values(other, arm, metric),
-                     better=COLUMNS_BY_NAME[metric].better, floor=floor)  # fmt: skip
+                     better=COLUMNS_BY_NAME[metric].better, min_effect=min_effect, drift=drift)  # fmt: skip
     return Judged(result, None, warnings)
+
+
+def _too_few_passes(metrics, arms, cells, values, effects) -> list[str]:
+    """Per metric: the passes that would resolve its min_effect at the noise
+    seen in this sweep (pooled over arms), when the sweep has fewer."""
+    short: dict[int, list[str]] = {}
+    for metric in metrics:
+        logs = [np.log(np.array(v)) for a in arms if len(v := values[(a, metric)]) > 1 and min(v) > 0]
+        if not logs:
+            continue
+        sd = math.sqrt(sum(((x - x.mean()) ** 2).sum() for x in logs) / sum(x.size - 1 for x in logs))
+        need = passes_needed(effects[metric][0], max(sd, 1e-9))
+        if min(cells[(a, metric)].n for a in arms) < need:
+            short.setdefault(need, []).append(f"{metric} ({effects[metric][0]:.0%} at {sd:.1%} noise)")
+    have = min((cells[(a, m)].n for a in arms for m in metrics), default=0)
+    return [
+        f"too_few_passes: {have} ok run(s) per arm at least; telling min_effect apart with 95 % confidence and "
+        f"80 % power needs {need} for {', '.join(names)}"
+        for need, names in sorted(short.items())
+    ]
 
 
 def summarize_sweep(results: Path, sweep_id: str, include_retracted: bool = False) -> SweepSummary:
@@ -283,6 +328,7 @@ def summarize_sweep(results: Path, sweep_id: str, include_retracted: bool = Fals
     metrics = [m for m in metric_columns() if ok[m].notna().any()]
     host = str(frame["host"].dropna().iloc[0]) if frame["host"].notna().any() else None
     floors = floors_for(results, host, metrics)
+    effects = min_effects(results, sweep_id, metrics)
     baseline = baseline_of(results, sweep_id, arms)
     cells, judged, values = {}, {}, {}
     for arm in arms:
@@ -290,22 +336,11 @@ def summarize_sweep(results: Path, sweep_id: str, include_retracted: bool = Fals
             values[(arm, metric)] = _values(ok, arm, metric)
             cells[(arm, metric)] = summarize(values[(arm, metric)])
             if baseline and arm != baseline:
-                judged[(arm, metric)] = judge(ok, ok, baseline, arm, metric, floors[metric][0])
-    short: dict[tuple[int, float, str], list[str]] = {}
-    for metric in metrics:
-        floor, source = floors[metric]
-        need = passes_needed(EFFECT_IN_FLOORS * floor, floor)
-        if min((cells[(a, metric)].n for a in arms), default=0) < need:
-            short.setdefault((need, floor, source), []).append(metric)
-    have = min((cells[(a, m)].n for a in arms for m in metrics), default=0)
-    warnings = [
-        f"too_few_passes: {have} ok run(s) per arm at least; resolving {EFFECT_IN_FLOORS:g} x the noise floor "
-        f"({floor:.1%}, {source}) with 95 % confidence and 80 % power needs {need} for {', '.join(names)}"
-        for (need, floor, source), names in short.items()
-    ]
+                judged[(arm, metric)] = judge(ok, ok, baseline, arm, metric, effects[metric][0])
+    warnings = _too_few_passes(metrics, arms, cells, values, effects)
     return SweepSummary(
         sweep_id=sweep_id, sweep_name=str(frame["sweep_name"].iloc[0]), baseline=baseline, arms=tuple(arms),
-        metrics=tuple(metrics), floors=floors, cells=cells, judged=judged,
+        metrics=tuple(metrics), floors=floors, min_effects=effects, cells=cells, judged=judged,
         runs={a: int((frame["arm"] == a).sum()) for a in arms}, ok={a: int((ok["arm"] == a).sum()) for a in arms},
         excluded=excluded, warnings=tuple(warnings), values=values,
     )  # fmt: skip
@@ -330,9 +365,10 @@ def compare_sweeps(results: Path, before: str, after: str, include_retracted: bo
     if not arms:
         raise OmniError(f"sweeps {before} and {after} share no arm name; compare needs the same arms")
     metrics = [m for m in metric_columns() if a_ok[m].notna().any() and b_ok[m].notna().any()]
-    host = str(b_all["host"].iloc[0])
-    floors = floors_for(results, host, metrics)
-    judged = {(arm, m): judge(a_ok, b_ok, arm, arm, m, floors[m][0]) for arm in arms for m in metrics}
+    effects = min_effects(results, after, metrics)
+    # two sweeps: interleaving cannot cancel what moved between them
+    judged = {(arm, m): judge(a_ok, b_ok, arm, arm, m, effects[m][0], DEFAULT_DRIFT[floor_kind(m)])
+              for arm in arms for m in metrics}  # fmt: skip
     changes = {}
     for arm in arms:
         old = json.loads(a_all.loc[a_all["arm"] == arm, "arm_json"].iloc[0])
@@ -467,6 +503,7 @@ def as_json(summary: SweepSummary) -> dict:
         "sweep_id": summary.sweep_id, "sweep_name": summary.sweep_name, "baseline": summary.baseline,
         "excluded_retracted": summary.excluded, "warnings": list(summary.warnings),
         "floors": {m: {"floor": f, "source": s} for m, (f, s) in summary.floors.items()},
+        "min_effects": {m: {"min_effect": e, "source": s} for m, (e, s) in summary.min_effects.items()},
         "arms": {arm: {"runs": summary.runs[arm], "ok": summary.ok[arm],
                        "metrics": {m: asdict(summary.cells[(arm, m)]) for m in summary.metrics}}
                  for arm in summary.arms},
