@@ -231,6 +231,7 @@ def table(
 
 RESULTS_OPT = typer.Option(Path("results"), help="results directory")
 RETRACTED_OPT = typer.Option(False, "--include-retracted", help="keep retracted runs in")
+METRIC_OPT = typer.Option(None, "--metric", help="only this metric (repeatable), e.g. decode_tok_s; default: every judged one")
 
 
 @app.command()
@@ -238,14 +239,16 @@ def summary(
     sweep_id: str = typer.Argument(..., help="sweep id (the sweep=… folder name)"),
     results: Path = RESULTS_OPT,
     include_retracted: bool = RETRACTED_OPT,
+    metric: Optional[list[str]] = METRIC_OPT,
 ) -> None:
     """Per arm and metric: n, median, MAD, CV, interval, and the verdict
-    against the baseline; writes results/summaries/SWEEP.{md,json,html}."""
+    against the baseline; writes results/summaries/SWEEP.{md,json,html}
+    (always every metric: --metric focuses what is printed)."""
     from omni.report import summary_markdown, write_outputs
-    from omni.summary import summarize_sweep, sweep_history
+    from omni.summary import focus, summarize_sweep, sweep_history
 
     result = summarize_sweep(results, sweep_id, include_retracted)
-    out.print(summary_markdown(result), markup=False, highlight=False, soft_wrap=True)
+    out.print(summary_markdown(focus(result, metric)), markup=False, highlight=False, soft_wrap=True)
     paths = write_outputs(results, result, sweep_history(results, result, include_retracted))
     out.print(f"written: {paths['md']}, {paths['json']}, {paths['html']}", highlight=False, soft_wrap=True)
 
@@ -256,12 +259,13 @@ def compare(
     after: str = typer.Argument(..., help="sweep id compared with it, arm by arm (same names)"),
     results: Path = RESULTS_OPT,
     include_retracted: bool = RETRACTED_OPT,
+    metric: Optional[list[str]] = METRIC_OPT,
 ) -> None:
     """Each arm of AFTER against the same arm of BEFORE: ratio, interval, verdict."""
     from omni.report import comparison_markdown
     from omni.summary import compare_sweeps
 
-    out.print(comparison_markdown(compare_sweeps(results, before, after, include_retracted)),
+    out.print(comparison_markdown(compare_sweeps(results, before, after, include_retracted, metric)),
               markup=False, highlight=False, soft_wrap=True)  # fmt: skip
 
 

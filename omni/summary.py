@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 import socket
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -357,14 +357,44 @@ class SweepComparison:
     excluded: int
 
 
-def compare_sweeps(results: Path, before: str, after: str, include_retracted: bool = False) -> SweepComparison:
-    """Each arm of ``after`` against the same-named arm of ``before``."""
+def check_metrics(asked: list[str] | None, available: list[str]) -> list[str]:
+    """The metrics asked for (``--metric``), each one judged and measured here;
+    all of ``available`` when none were asked for."""
+    if not asked:
+        return available
+    for metric in asked:
+        if metric not in available:
+            known = metric_columns()
+            why = "has no values in these runs" if metric in known else "is not a judged metric"
+            raise OmniError(f"--metric {metric} {why}; choose from {', '.join(available)}")
+    return list(dict.fromkeys(asked))
+
+
+def focus(summary: SweepSummary, metrics: list[str] | None) -> SweepSummary:
+    """The same summary restricted to ``metrics`` (``omni summary --metric``)."""
+    keep = check_metrics(metrics, list(summary.metrics))
+    if keep == list(summary.metrics):
+        return summary
+    return replace(
+        summary, metrics=tuple(keep), floors={m: summary.floors[m] for m in keep},
+        min_effects={m: summary.min_effects[m] for m in keep},
+        cells={k: v for k, v in summary.cells.items() if k[1] in keep},
+        judged={k: v for k, v in summary.judged.items() if k[1] in keep},
+        values={k: v for k, v in summary.values.items() if k[1] in keep},
+    )  # fmt: skip
+
+
+def compare_sweeps(
+    results: Path, before: str, after: str, include_retracted: bool = False, metrics: list[str] | None = None
+) -> SweepComparison:
+    """Each arm of ``after`` against the same-named arm of ``before`` (on
+    ``metrics`` only, when given)."""
     a_ok, a_all, a_ex = ok_rows(results, before, include_retracted)
     b_ok, b_all, b_ex = ok_rows(results, after, include_retracted)
     arms = [arm for arm in dict.fromkeys(b_all["arm"]) if arm in set(a_all["arm"])]
     if not arms:
         raise OmniError(f"sweeps {before} and {after} share no arm name; compare needs the same arms")
-    metrics = [m for m in metric_columns() if a_ok[m].notna().any() and b_ok[m].notna().any()]
+    metrics = check_metrics(metrics, [m for m in metric_columns() if a_ok[m].notna().any() and b_ok[m].notna().any()])
     effects = min_effects(results, after, metrics)
     # two sweeps: interleaving cannot cancel what moved between them
     judged = {(arm, m): judge(a_ok, b_ok, arm, arm, m, effects[m][0], DEFAULT_DRIFT[floor_kind(m)])

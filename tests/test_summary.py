@@ -269,3 +269,17 @@ def test_bad_min_effect_is_a_spec_error(tmp_path, min_effect, needle):
     with pytest.raises(SpecError) as info:
         load_spec(path)
     assert needle in str(info.value) and "min_effect" in str(info.value)
+
+
+def test_metric_option_focuses_summary_and_compare(tmp_path):
+    store_sweep(tmp_path, "m1", {"base": [100, 101, 99], "slow": [80, 81, 79]})
+    store_sweep(tmp_path, "m2", {"base": [100, 101, 99], "slow": [70, 71, 69]})
+    done = omni("summary", "m1", "--results", str(tmp_path), "--metric", "decode_tok_s")
+    assert done.returncode == 0, done.stderr
+    assert "| slow | decode_tok_s |" in done.stdout and "rss_anon_steady_mb" not in done.stdout
+    assert "rss_anon_steady_mb" in (tmp_path / "summaries" / "m1.md").read_text()  # the files stay whole
+    done = omni("compare", "m1", "m2", "--results", str(tmp_path), "--metric", "rss_anon_steady_mb")
+    assert done.returncode == 0 and "| slow | rss_anon_steady_mb |" in done.stdout and "decode_tok_s" not in done.stdout
+    for bad, why in (("decode_tokens", "is not a judged metric"), ("ttft_ms", "has no values in these runs")):
+        done = omni("compare", "m1", "m2", "--results", str(tmp_path), "--metric", bad)
+        assert done.returncode == 2 and f"--metric {bad} {why}; choose from decode_tok_s" in done.stderr, done.stderr
