@@ -1,5 +1,6 @@
 """Memory binding from the policy and the pages, on /proc text captured in the
-two-node guest (tests/numa_vm/guest.py --capture), never on text omni made."""
+two-node guest (tests/numa_vm/guest.py --capture; make numa-vm-capture) and,
+for OpenBLAS's buffer, on this one-node host: never on text omni made."""
 
 from __future__ import annotations
 
@@ -13,13 +14,14 @@ from omni.sampler import NumaSeen, ProcessSeen, read_status
 from omni.topology import Slot, parse_cpulist
 
 GUEST = Path(__file__).parent / "fixtures" / "numa_guest"
+HOST = Path(__file__).parent / "fixtures" / "numa_host"  # captured on a one-node host
 NODE1 = Slot(0, 1, (1,), (1,))
 BOTH = Slot(0, 0, (0, 1), (0, 1))
 
 
-def captured(label: str) -> tuple[ProcessSeen, NumaSeen]:
+def captured(label: str, root: Path = GUEST) -> tuple[ProcessSeen, NumaSeen]:
     """A captured process as the sampler would have seen it."""
-    folder = GUEST / label
+    folder = root / label
     status = read_status_text((folder / "status").read_text()) if (folder / "status").exists() else {}
     name = status.get("Name", "python3")
     proc = ProcessSeen(4242, name, parse_cpulist(status.get("Cpus_allowed_list", "1")),
@@ -120,7 +122,7 @@ def test_openblas_local_buffer_is_allowed_but_a_mapping_bound_elsewhere_is_not()
     """numpy's OpenBLAS mbinds its 32 MiB buffer MPOL_PREFERRED-local (captured
     on a one-node host under numactl --membind=0): local to confined CPUs is
     the slot's node, so it stays; a mapping bound to another node does not."""
-    proc, numa = captured("membind0-openblas")
+    proc, numa = captured("membind0-openblas", HOST)
     assert numa.task_policies == {"bind:0"} and "local" in numa.policies
     node0 = Slot(0, 0, (0,), (0,))
     assert verify_binding({proc.pid: proc}, node0, True, {proc.pid: numa}).ok
