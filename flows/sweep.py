@@ -8,6 +8,7 @@ its message; its good rows are stored all the same.
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 
 from prefect import flow, get_run_logger, task
@@ -21,7 +22,7 @@ from omni.plan import SlotOverride
 from omni.report import summary_markdown, write_outputs
 from omni.runner import PlanItem, RunContext
 from omni.schedule import dispatch
-from omni.summary import summarize_sweep, sweep_history
+from omni.summary import Change, nightly_changes, summarize_sweep, sweep_history
 from omni.sweep import format_table, prepare_sweep, run_and_store, sweep_table, write_manifest
 
 OUTCOME_KEYS = ("run_id", "arm", "pass_index", "slot_index", "status", "error")
@@ -83,6 +84,31 @@ def publish_artifacts(sweep_id: str, results: str, outcomes: list[dict], failed:
     create_table_artifact(outcomes, key=f"runs-{key}", description=f"every run of {sweep_id}")
 
 
+def newest_regressions(results: str, sweep_name: str, sweep_id: str) -> list[Change]:
+    """This sweep's regressions against the earlier sweeps of its spec
+    (``omni regressions``' rule); none while the history is too short."""
+    try:
+        changes, _ = nightly_changes(Path(results), sweep_name)
+    except OmniError:  # no ok runs at all: the flow's state already says so
+        return []
+    return [c for c in changes if c.sweep_id == sweep_id and c.kind == "regression"]
+
+
+def regression_summary(regressions: list[Change]) -> str:
+    lines = [f"{len(regressions)} regression(s) against the earlier sweeps of this spec:"]
+    lines += [f"- {c.arm} {c.metric}: x{c.ratio:.3f} of the history mean (z {c.z:+.1f}); runs {', '.join(c.run_ids)}; "
+              f"history runs {', '.join(c.history_run_ids)}" for c in regressions]  # fmt: skip
+    return "\n".join(lines)
+
+
+def publish_regressions(sweep_id: str, regressions: list[Change]) -> None:
+    key = "".join(c if c.isalnum() else "-" for c in sweep_id.lower())
+    rows = [{"arm": c.arm, "metric": c.metric, "ratio": c.ratio, "z": c.z, "median": c.median,
+             "history_mean": c.history_mean, "run_ids": ", ".join(c.run_ids),
+             "history_run_ids": ", ".join(c.history_run_ids)} for c in regressions]  # fmt: skip
+    create_table_artifact(rows, key=f"regressions-{key}", description=f"regressions of {sweep_id}")
+
+
 @flow(name="sweep", log_prints=False)
 def sweep(
     spec: str | None = None,
@@ -95,6 +121,7 @@ def sweep(
     cores: list[str] | None = None,
     node: int | None = None,
     straddle: bool = False,
+    fail_on_regression: bool = False,
 ):
     """Load the spec, plan it, run every (arm, pass) on the free slots, tabulate.
 
@@ -102,6 +129,8 @@ def sweep(
     ``sysfs_root`` other than ``/`` plans slots on a fixture host's topology
     (placement recorded, not applied). ``cores`` (CPU lists, one slot each) or
     ``node`` override the spec's slots, as ``omni sweep --cores/--node`` do.
+    ``fail_on_regression`` (the nightly deployment sets it) ends the flow run
+    Failed when this sweep regressed against the earlier sweeps of its spec.
     """
     override = SlotOverride(tuple(cores or ()), node, straddle)
     prepared = prepare_sweep(
@@ -120,7 +149,14 @@ def sweep(
     table = format_table(sweep_table(results, prepared.sweep_id))
     log.info("sweep %s\n%s", prepared.sweep_id, table)
     publish_artifacts(prepared.sweep_id, results, outcomes, failed)
-    summary = {"sweep_id": prepared.sweep_id, "runs": outcomes, "failed": failed, "table": table}
-    if failed:
-        return Failed(message=failure_summary(failed, len(outcomes)), data=summary)
+    regressions = newest_regressions(results, prepared.loaded.sweep.name, prepared.sweep_id) if fail_on_regression else []
+    summary = {"sweep_id": prepared.sweep_id, "runs": outcomes, "failed": failed, "table": table,
+               "regressions": [asdict(c) for c in regressions]}  # fmt: skip
+    if regressions:
+        publish_regressions(prepared.sweep_id, regressions)
+        log.warning("%s", regression_summary(regressions))
+    if failed or regressions:
+        parts = ([failure_summary(failed, len(outcomes))] if failed else []) + (
+            [regression_summary(regressions)] if regressions else [])  # fmt: skip
+        return Failed(message="\n".join(parts), data=summary)
     return Completed(message=f"{len(outcomes)} run(s) ok", data=summary)

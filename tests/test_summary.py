@@ -283,3 +283,31 @@ def test_metric_option_focuses_summary_and_compare(tmp_path):
     for bad, why in (("decode_tokens", "is not a judged metric"), ("ttft_ms", "has no values in these runs")):
         done = omni("compare", "m1", "m2", "--results", str(tmp_path), "--metric", bad)
         assert done.returncode == 2 and f"--metric {bad} {why}; choose from decode_tok_s" in done.stderr, done.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_nightly_that_regressed_ends_failed_naming_arm_metric_ratio_and_runs(tmp_path):
+    """Three earlier nights at 1000 tok/s, then a real sweep of the same spec
+    name whose arm decodes at most 50 tok/s (a 20 ms wait per step): the flow,
+    as the nightly deployment runs it (fail_on_regression), ends Failed."""
+    import subprocess
+    import sys
+
+    for night in range(3):
+        store_sweep(tmp_path, f"n{night}", {"a": [1000.0, 1001.0, 999.0]}, name="nightly-t", day=night)
+    spec = tmp_path / "nightly-t.yaml"
+    spec.write_text(yaml.safe_dump({"name": "nightly-t", "passes": 3, "busy_threshold_pct": 100, "arms": [
+        {"name": "a", "engine": "synthetic", "max_tokens": 4, "params": {"step_sleep_ms": 20, "work_per_token": 100}}]}))  # fmt: skip
+    script = (
+        "import sys\nfrom flows.sweep import sweep\n"
+        "state = sweep(spec=sys.argv[1], results=sys.argv[2], force=True, fail_on_regression=True, return_state=True)\n"
+        "print('STATE', state.type.value)\nprint(state.message)\n"
+    )
+    env = {**__import__("os").environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    done = subprocess.run([sys.executable, "-c", script, str(spec), str(tmp_path)], capture_output=True, text=True,
+                          timeout=280, env=env, cwd=Path(__file__).resolve().parent.parent)  # fmt: skip
+    assert "STATE FAILED" in done.stdout, done.stdout[-2000:] + done.stderr[-3000:]
+    assert "regression(s) against the earlier sweeps of this spec" in done.stdout
+    line = next(x for x in done.stdout.splitlines() if x.startswith("- a decode_tok_s: x0.0"))
+    assert "runs " in line and "history runs " in line and "did not end ok" not in done.stdout
