@@ -186,6 +186,16 @@ class Comparison:
     passes_needed: int | None = None  # per arm, to resolve min_effect (inconclusive only)
 
 
+def pooled_log_sd(samples: Iterable[np.ndarray]) -> float | None:
+    """Pooled sd of log values over samples of positive values (each sample's
+    own mean removed): one run's relative noise. ``None`` without 2 values."""
+    logs = [np.log(s) for s in samples if s.size > 1]
+    dof = sum(x.size - 1 for x in logs)
+    if not dof:
+        return None
+    return math.sqrt(sum(float(((x - x.mean()) ** 2).sum()) for x in logs) / dof)
+
+
 def welch_log_interval(
     b: np.ndarray, o: np.ndarray, confidence: float, drift: float = 0.0
 ) -> tuple[float, float, float, float]:
@@ -201,7 +211,7 @@ def welch_log_interval(
     extra = 2 * drift**2
     var = sb + so + extra
     diff = float(lo.mean() - lb.mean())
-    noise = math.sqrt(((lb.size - 1) * vb + (lo.size - 1) * vo) / (lb.size + lo.size - 2))
+    noise = pooled_log_sd([b, o])
     if var == 0:
         return diff, 0.0, noise, math.inf
     parts = sb**2 / (lb.size - 1) + so**2 / (lo.size - 1)

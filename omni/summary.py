@@ -34,6 +34,7 @@ from omni.stats import (
     compare,
     passes_needed,
     pooled_cv,
+    pooled_log_sd,
     summarize,
 )
 from omni.store import COLUMNS, COLUMNS_BY_NAME, load_runs
@@ -307,10 +308,9 @@ def _too_few_passes(metrics, arms, cells, values, effects) -> list[str]:
     seen in this sweep (pooled over arms), when the sweep has fewer."""
     short: dict[int, list[str]] = {}
     for metric in metrics:
-        logs = [np.log(np.array(v)) for a in arms if len(v := values[(a, metric)]) > 1 and min(v) > 0]
-        if not logs:
+        sd = pooled_log_sd([np.array(v) for a in arms if len(v := values[(a, metric)]) > 1 and min(v) > 0])
+        if sd is None:
             continue
-        sd = math.sqrt(sum(((x - x.mean()) ** 2).sum() for x in logs) / sum(x.size - 1 for x in logs))
         need = passes_needed(effects[metric][0], max(sd, 1e-9))
         if min(cells[(a, metric)].n for a in arms) < need:
             short.setdefault(need, []).append(f"{metric} ({effects[metric][0]:.0%} at {sd:.1%} noise)")
