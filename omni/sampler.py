@@ -219,9 +219,10 @@ class TreeSampler:
     one core: the tree refresh (which also reads each process's binding from
     status) at most every ``tree_period_s``, Pss_Anon (a 128 MiB process
     costs about 1.5 ms a read, a multi-GB vLLM worker tens of ms) and
-    numa_maps (policy and pages per node, about the cost of Pss). All three
-    also happen right after each phase mark, so after-load and steady always
-    see the whole tree.
+    numa_maps (policy and pages per node, about the cost of Pss). The tree
+    refresh and Pss also happen right after each phase mark, so after-load
+    and steady always see the whole tree; numa_maps right after the first
+    mark and ``steady`` only (see :meth:`mark`).
     """
 
     root_pid: int
