@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from omni.engines.protocol import PHASE_PREFIX
+from omni.iterations import run_metrics
 from omni.mempolicy import describe_nodes, node_list
 from omni.placement import REMOTE_WARN_LOCAL, explain_busy, measure_busy, numactl_path, pin_argv, verify_binding
 from omni.provenance import merge_engine_provenance
@@ -39,7 +40,10 @@ if TYPE_CHECKING:
 STDERR_TAIL_LINES = 60
 # "ValueError: No available memory for the cache blocks. Try ..."
 EXCEPTION_LINE = re.compile(r"\b([A-Z]\w*(?:Error|Exception)): (.+)$")
-ENGINE_METRICS = ("load_s", "ttft_ms", "prefill_tok_s", "decode_tok_s", "e2e_s", "kv_cache_bytes_effective")
+# what the engine reports as metrics; the timed ones come as raw iterations (omni.iterations)
+ENGINE_METRICS = ("load_s", "kv_cache_bytes_effective")
+# a row's per-iteration records, taken off by run_and_store into the iterations table
+ITERATIONS_KEY = "_iterations"
 
 
 @dataclass(frozen=True)
@@ -305,6 +309,15 @@ def fill_outcome(row: dict, proc: EngineProcess, finished_in_time: bool, timeout
 
 def fill_metrics(row: dict, proc: EngineProcess, result: dict) -> None:
     row.update({k: v for k, v in result.get("metrics", {}).items() if k in ENGINE_METRICS})
+    raws = result.get("iterations") or []
+    if raws:
+        metrics, per_iteration = run_metrics(row["batch_size"], row["prompt_len"], row["max_tokens"], raws)
+        row.update(metrics)
+        row[ITERATIONS_KEY] = per_iteration
+    else:
+        row.update(status="invalid", error="the engine reported no timed iteration (result.json has no 'iterations')")
+    if row["max_tokens"] > 1 and raws and not any(raw.get("step_s") for raw in raws):
+        warn(row, "steps_missing", "the engine timed no decode step: no inter-token latency for this run")
     row.update(summarize(proc.sampler))
     row["patch_report"] = result.get("patch_report")
     merge_engine_provenance(row, result.get("provenance", {}))

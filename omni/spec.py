@@ -210,6 +210,8 @@ class SyntheticParams(_SpecModel):
     # seconds each decode step waits (not CPU): a decode speed this host's CPU
     # frequency swings cannot move, for tests of the statistics themselves
     step_sleep_ms: float = Field(0.0, ge=0)
+    # timed generations in the one process; cheap here, and the same shape as the real engines'
+    iterations: int = Field(5, ge=1, le=100)
     load_s: float = Field(0.0, ge=0)  # extra seconds spent "loading"
     hold_s: float = Field(0.3, ge=0)  # seconds holding memory after generating
     crash: bool = False  # die with an uncaught error after load
@@ -229,6 +231,9 @@ class VllmParams(_SpecModel):
     load_format: Literal["auto", "dummy"] = "auto"  # dummy: real shapes, random weights, no checkpoint
     prefix_caching: bool = False  # on, a repeated prompt's prefill would be a cache hit
     warmup: int = Field(1, ge=0, le=10)  # untimed generations before the timed ones
+    # timed generations per engine start: 5, as `vllm bench latency` is run here;
+    # on a tiny model they cost a few % of the 45-60 s start
+    iterations: int = Field(5, ge=1, le=100)
     hold_s: float = Field(0.5, ge=0)  # seconds held in steady state for the memory sampler
     int4_group_size: Literal[32, 64, 128] = 128  # quantization: cpu_int4 only
     # False keeps the output head (lm_head) in bf16: the W4 setup once retracted for it
@@ -243,6 +248,7 @@ class LlamacppParams(_SpecModel):
     # comparable with an arm that reads them into anonymous memory
     mmap: bool = False
     warmup: int = Field(1, ge=0, le=10)
+    iterations: int = Field(5, ge=1, le=100)  # timed generations per process: llama-bench's default -r 5
     hold_s: float = Field(0.5, ge=0)
 
 

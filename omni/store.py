@@ -34,7 +34,7 @@ from omni.errors import OmniError
 if TYPE_CHECKING:
     import pandas as pd
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 STATUSES = ("ok", "failed", "timeout", "refused", "invalid")
 BINDING_METHODS = ("numactl", "sched_setaffinity", "none")
@@ -157,10 +157,18 @@ COLUMNS: tuple[Column, ...] = (
     *_group(
         "metrics",
         ("load_s", _F64, "s", "engine start to model ready (includes compile)", _LOWER),
-        ("ttft_ms", _F64, "ms", "time to first token", _LOWER),
+        ("ttft_ms", _F64, "ms", "time to first token of the whole batch", _LOWER),
         ("prefill_tok_s", _F64, "tok/s", "prompt tokens processed per second", _HIGHER),
         ("decode_tok_s", _F64, "tok/s", "tokens generated per second", _HIGHER),
         ("e2e_s", _F64, "s", "end-to-end generation time, engine-measured", _LOWER),
+        ("tpot_ms", _F64, "ms", "time per output token after the first, per sequence (v4)", _LOWER),
+        ("itl_p50_ms", _F64, "ms", "inter-token latency, median over every decode step of every iteration (v4)", _LOWER),
+        ("itl_p90_ms", _F64, "ms", "inter-token latency, 90th percentile over every decode step (v4)", _LOWER),
+        ("itl_p99_ms", _F64, "ms", "inter-token latency, 99th percentile over every decode step (v4)", _LOWER),
+        ("iterations", _I32, None, "timed iterations in the run's one engine process; ttft, rates, e2e and "
+         "tpot are their median, every iteration is in results/iterations (v4)"),
+        *[(f"{m}_iter_sd_log", _F64, None, f"within-run spread of {m}: sd of the log iteration values, "
+           "about the relative sd (v4)") for m in ("ttft_ms", "prefill_tok_s", "decode_tok_s", "e2e_s", "tpot_ms")],
         ("wall_s", _F64, "s", "wall time of the whole run, orchestrator-measured", _LOWER),
         ("rss_anon_tree_mb", _F64, "MiB", "peak RssAnon summed over the process tree", _LOWER),
         ("rss_anon_after_load_mb", _F64, "MiB", "tree RssAnon when the model is loaded", _LOWER),
@@ -373,19 +381,23 @@ def _sweep_dir(results_dir: Path, sweep_id: str) -> Path:
 
 
 def write_run(results_dir: Path, row: Mapping[str, Any]) -> Path:
-    """Validate ``row`` and write it as its run's file, atomically, once.
+    """Validate ``row`` and write it as its run's file, atomically, once."""
+    clean = validate_row(row)
+    final = run_path(results_dir, clean["sweep_id"], clean["run_id"])
+    return _write_once(final, pa.Table.from_pylist([clean], schema=schema()))
+
+
+def _write_once(final: Path, table: pa.Table) -> Path:
+    """Write ``table`` to ``final``, atomically, never replacing a file.
 
     The bytes go to a hidden temp file in the same directory, are fsynced, and
     are then hard-linked to the final name: unlike a rename, a link fails
     when the name exists, so a concurrent writer can never replace a stored
-    run. A crash leaves at most a hidden temp file, which readers ignore.
+    file. A crash leaves at most a hidden temp file, which readers ignore.
     """
-    clean = validate_row(row)
-    final = run_path(results_dir, clean["sweep_id"], clean["run_id"])
     if final.exists():
         raise _already_stored(final)
     final.parent.mkdir(parents=True, exist_ok=True)
-    table = pa.Table.from_pylist([clean], schema=schema())
     temp = final.with_name(f".{final.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     try:
         with open(temp, "xb") as sink:
@@ -398,10 +410,55 @@ def write_run(results_dir: Path, row: Mapping[str, Any]) -> Path:
     finally:
         temp.unlink(missing_ok=True)
     # The new name lives in the partition directory's entries; the partition
-    # directory itself (when just made) in runs/. Sync both so they survive.
+    # directory itself (when just made) in its dataset directory. Sync both.
     _fsync_dir(final.parent)
     _fsync_dir(final.parent.parent)
     return final
+
+
+# ------------------------------------------------------------------ iterations
+
+# One row per timed iteration of a run, in results/iterations/sweep=<id>/<run_id>.parquet,
+# written just before the run's own row (the run row is the commit: an
+# iterations file without one is a run that never finished storing).
+ITERATION_SCHEMA = pa.schema([
+    ("run_id", _STR), ("sweep_id", _STR), ("arm", _STR), ("pass_index", _I32), ("iteration", _I32),
+    ("ttft_ms", _F64), ("prefill_tok_s", _F64), ("decode_tok_s", _F64), ("e2e_s", _F64), ("tpot_ms", _F64),
+    ("steps", _I32), ("itl_p50_ms", _F64), ("itl_p90_ms", _F64), ("itl_p99_ms", _F64),
+    ("step_ms", pa.list_(_F64)),
+])  # fmt: skip
+
+
+def iterations_path(results_dir: Path, sweep_id: str, run_id: str) -> Path:
+    run_path(results_dir, sweep_id, run_id)  # the same checks on the ids
+    return Path(results_dir) / "iterations" / f"sweep={sweep_id}" / f"{run_id}.parquet"
+
+
+def write_iterations(results_dir: Path, row: Mapping[str, Any], iterations: list[Mapping[str, Any]]) -> Path:
+    """Store a run's iterations (dicts with ITERATION_SCHEMA's metric keys)."""
+    ids = {k: row.get(k) for k in ("run_id", "sweep_id", "arm", "pass_index")}
+    records = [{**ids, **{f.name: it.get(f.name) for f in ITERATION_SCHEMA if f.name not in ids}} for it in iterations]
+    table = pa.Table.from_pylist(records, schema=ITERATION_SCHEMA)
+    final = iterations_path(results_dir, ids["sweep_id"], ids["run_id"])
+    if final.exists() and not run_path(results_dir, ids["sweep_id"], ids["run_id"]).exists():
+        # left by a store interrupted between the two files: the run never
+        # committed, and this rerun replaces it; kept, hidden from readers
+        final.rename(final.with_name(f".{final.stem}.{secrets.token_hex(4)}.uncommitted"))
+    return _write_once(final, table)
+
+
+def load_iterations(results_dir: Path, sweep_id: str | None = None) -> pd.DataFrame:
+    """Every stored iteration of committed runs, of all sweeps or of one."""
+    import pandas as pd
+
+    base = Path(results_dir) / "iterations"
+    files = sorted((base / (f"sweep={sweep_id}" if sweep_id else "")).glob("*.parquet" if sweep_id else "sweep=*/*.parquet"))
+    # only committed runs: an iterations file is written just before its run's row
+    committed = {(p.parent.name, p.stem) for p in run_files(results_dir, sweep_id)}
+    files = [p for p in files if not p.name.startswith((".", "_")) and (p.parent.name, p.stem) in committed]
+    if not files:
+        return pd.DataFrame({f.name: pd.Series(dtype=object) for f in ITERATION_SCHEMA})
+    return pa.concat_tables(pq.read_table(p, schema=ITERATION_SCHEMA) for p in files).to_pandas()
 
 
 def _already_stored(path: Path) -> OmniError:
@@ -457,7 +514,14 @@ def _v2_to_v3(table: pa.Table) -> pa.Table:
     return table
 
 
-UPGRADES: dict[int, Callable[[pa.Table], pa.Table]] = {1: _v1_to_v2, 2: _v2_to_v3}
+def _v3_to_v4(table: pa.Table) -> pa.Table:
+    """v4 added iterations, tpot_ms, the itl_p*_ms percentiles and the
+    within-run spreads (*_iter_sd_log). A v3 run timed one iteration, so its
+    metrics are that one sample; ``iterations`` stays null (not recorded)."""
+    return table
+
+
+UPGRADES: dict[int, Callable[[pa.Table], pa.Table]] = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4}
 
 
 def upgrade_table(table: pa.Table, columns: list[str] | None = None) -> pa.Table:
@@ -635,12 +699,16 @@ __all__ = [
     "REQUIRED",
     "SCHEMA_VERSION",
     "STATUSES",
+    "ITERATION_SCHEMA",
     "UPGRADES",
+    "iterations_path",
+    "load_iterations",
     "list_temp_files",
     "load_runs",
     "read_table",
     "run_file_of",
     "run_files",
+    "write_iterations",
     "scan",
     "run_path",
     "schema",

@@ -18,10 +18,10 @@ from omni.errors import OmniError
 from omni.plan import SlotOverride, new_sweep_id, plan_sweep, sweep_slots
 from omni.provenance import collect_host_provenance
 from omni.resources import resolve_all
-from omni.runner import PlanItem, RunContext, run_arm
+from omni.runner import ITERATIONS_KEY, PlanItem, RunContext, run_arm
 from omni.spec import LoadedSpec, load_spec
 from omni.schedule import hold_cpus, run_concurrently
-from omni.store import load_runs, stored_run_ids, write_run
+from omni.store import load_runs, stored_run_ids, write_iterations, write_run
 from omni.topology import Slot
 
 if TYPE_CHECKING:
@@ -184,6 +184,9 @@ def run_and_store(context: RunContext, item: PlanItem, extra: dict | None = None
     with hold_cpus(item.slot.cpus):
         row = run_arm(context, item)
     row.update(extra or {})
+    iterations = row.pop(ITERATIONS_KEY, None)
+    if iterations:
+        write_iterations(context.results_dir, row, iterations)
     write_run(context.results_dir, row)
     return row
 

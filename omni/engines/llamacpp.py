@@ -3,9 +3,11 @@
 The batch runs as ``batch_size`` parallel sequences in one context, like
 vLLM's batch: one ``llama_decode`` for all prompts (the prefill), then one
 per step with a token per sequence, greedy. Timings are wall clock around
-those calls; llama.cpp's own ``llama_perf_context`` figures are kept beside
-them (it files every multi-token decode under prompt eval, so with a batch
-its split is not comparable).
+those calls, each decode step timed on its own, ``iterations`` times after
+warm-up with the KV cache cleared in between; llama.cpp's own
+``llama_perf_context`` totals over the timed iterations are kept beside them
+(it files every multi-token decode under prompt eval, so with a batch its
+split is not comparable).
 
 With ``mmap: true`` the weights are file-backed pages, not RssAnon: the row
 records the mode and memory must not be compared across modes.
@@ -20,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from omni.engines.common import rates, token_prompts
+from omni.engines.common import token_prompts
 from omni.engines.protocol import log, mark_phase, serve
 
 
@@ -104,8 +106,9 @@ def load(path: Path, arm: dict) -> Loaded:
     return Loaded(model, ctx, n_vocab, cparams.n_ctx)
 
 
-def generate(lm: Loaded, arm: dict, prompts: list[list[int]]) -> tuple[float, float]:
-    """Prefill all sequences, then decode step by step; return (ttft_s, e2e_s)."""
+def generate(lm: Loaded, arm: dict, prompts: list[list[int]]) -> dict:
+    """Prefill all sequences, then decode step by step: the raw times of
+    :mod:`omni.iterations` (first token, end, each decode step's wall time)."""
     import llama_cpp
 
     ctx, n_vocab = lm.ctx, lm.n_vocab
@@ -121,7 +124,9 @@ def generate(lm: Loaded, arm: dict, prompts: list[list[int]]) -> tuple[float, fl
     ttft = time.perf_counter() - t0
     llama_cpp.llama_batch_free(batch)
     step = llama_cpp.llama_batch_init(batch_n, 0, batch_n)
+    steps = []
     for k in range(1, max_tokens):
+        started = time.perf_counter()
         for s in range(batch_n):
             step.token[s], step.pos[s], step.n_seq_id[s], step.logits[s] = last[s], prompt_len + k - 1, 1, True
             step.seq_id[s][0] = s
@@ -130,9 +135,10 @@ def generate(lm: Loaded, arm: dict, prompts: list[list[int]]) -> tuple[float, fl
         if rc != 0:
             raise RuntimeError(f"llama_decode failed at decode step {k} (rc {rc})")
         last = [greedy(llama_cpp, ctx, s, n_vocab) for s in range(batch_n)]
+        steps.append(time.perf_counter() - started)
     e2e = time.perf_counter() - t0
     llama_cpp.llama_batch_free(step)
-    return ttft, e2e
+    return {"ttft_s": ttft, "e2e_s": e2e, "step_s": steps}
 
 
 def kv_bytes(lm: Loaded) -> int:
@@ -151,7 +157,7 @@ def run(arm: dict) -> dict:
 
     params = arm["params"]
     path = Path(arm["model_path"])
-    batch, prompt_len, max_tokens = arm["batch_size"], arm["prompt_len"], arm["max_tokens"]
+    batch, prompt_len = arm["batch_size"], arm["prompt_len"]
     mark_phase("load")
     t0 = time.perf_counter()
     lm = load(path, arm)
@@ -161,13 +167,14 @@ def run(arm: dict) -> dict:
     for seed in range(params["warmup"]):
         generate(lm, {**arm, "max_tokens": 2}, token_prompts(batch, prompt_len, lm.n_vocab, seed=100 + seed))
     llama_cpp.llama_perf_context_reset(lm.ctx)
-    ttft, e2e = generate(lm, arm, token_prompts(batch, prompt_len, lm.n_vocab))
+    prompts = token_prompts(batch, prompt_len, lm.n_vocab)
+    iterations = [generate(lm, arm, prompts) for _ in range(params["iterations"])]  # KV cleared each time
     perf = llama_cpp.llama_perf_context(lm.ctx)
     mark_phase("steady")
     time.sleep(params["hold_s"])
-    metrics = rates(batch, prompt_len, max_tokens, ttft, e2e) | {"load_s": load_s, "kv_cache_bytes_effective": kv_bytes(lm)}
     return {
-        "metrics": metrics,
+        "metrics": {"load_s": load_s, "kv_cache_bytes_effective": kv_bytes(lm)},
+        "iterations": iterations,
         "config": {
             "n_ctx": lm.n_ctx, "threads": arm["threads_effective"], "mmap": params["mmap"], "gguf": path.name,
             "llama_perf": {"t_p_eval_ms": perf.t_p_eval_ms, "n_p_eval": perf.n_p_eval,

@@ -145,27 +145,23 @@ def escape_binding(how: str, slot_nodes: list[int], mb: float) -> mmap.mmap | No
 
 
 def generate(arm: dict, params: dict) -> dict:
-    """Prefill then decode, token by token, timing both like a real engine."""
+    """Prefill then decode, token by token, timed like a real engine: raw
+    times for :mod:`omni.iterations` (first token, end, each later step)."""
     batch, prompt_len, max_tokens = arm["batch_size"], arm["prompt_len"], arm["max_tokens"]
     t0 = time.perf_counter()
     burn(params["prefill_work_per_token"] * prompt_len * batch)
-    prefill_s = time.perf_counter() - t0
-    first_token_s = None
-    t1 = time.perf_counter()
+    first_token_s, steps = None, []
     for step in range(max_tokens):
+        started = time.perf_counter()
         for _ in range(batch):
             burn(params["work_per_token"])
         if params.get("step_sleep_ms"):
             time.sleep(params["step_sleep_ms"] / 1000)  # a step that waits, as on memory or a device
         if step == 0:
             first_token_s = time.perf_counter() - t0
-    decode_s = time.perf_counter() - t1
-    return {
-        "ttft_ms": first_token_s * 1000,
-        "prefill_tok_s": prompt_len * batch / prefill_s if prefill_s > 0 else None,
-        "decode_tok_s": max_tokens * batch / decode_s if decode_s > 0 else None,
-        "e2e_s": time.perf_counter() - t0,
-    }
+        else:
+            steps.append(time.perf_counter() - started)
+    return {"ttft_s": first_token_s, "e2e_s": time.perf_counter() - t0, "step_s": steps}
 
 
 def run(arm: dict) -> dict:
@@ -191,16 +187,16 @@ def run(arm: dict) -> dict:
         raise RuntimeError("synthetic engine crashed as asked (params.crash: true)")
     while params["hang"]:
         time.sleep(3600)
-    metrics = generate(arm, params)
+    iterations = [generate(arm, params) for _ in range(params["iterations"])]
     mark_phase("steady")
     time.sleep(params["hold_s"])
     for child in children:
         child.stdin.close()
         child.wait()
     del region, escaped
-    metrics["load_s"] = load_s
     return {
-        "metrics": metrics,
+        "metrics": {"load_s": load_s},
+        "iterations": iterations,
         "config": {"procs": procs, "mem_mb_per_proc": mb_each, "daemon_pid": daemon_pid},
         "provenance": {"engine_version": "synthetic-1"},
     }

@@ -2,9 +2,10 @@
 
 Prompts are token ids (distinct per sequence), prefix caching off unless the
 arm turns it on (otherwise prefill is measured on a cache hit), greedy with
-``ignore_eos`` so every sequence generates exactly ``max_tokens``. TTFT is a
-timed ``max_tokens=1`` generation of the batch; end to end a full one; decode
-is the difference, per token. One untimed warm-up first.
+``ignore_eos`` so every sequence generates exactly ``max_tokens``. After
+``warmup`` untimed generations, ``iterations`` timed ones, each stepped by
+omni (:func:`timed_generate`): TTFT when every sequence has its first token,
+end to end when all are done, and every decode step's wall time.
 
 vLLM binds its OpenMP threads itself; the slot's CPUs are handed to it in
 ``VLLM_CPU_OMP_THREADS_BIND`` so it binds inside the numactl mask, and the
@@ -18,7 +19,7 @@ import os
 import time
 from pathlib import Path
 
-from omni.engines.common import rates, token_prompts
+from omni.engines.common import token_prompts
 from omni.engines.protocol import log, mark_phase, serve
 from omni.vllm_plugin.names import QUANT_VAR, REPORT_VAR, SELECT_VAR
 
@@ -84,17 +85,47 @@ def kv_cache_bytes(llm) -> tuple[int | None, dict]:
                        "kv_cache_memory_bytes": getattr(cache, "kv_cache_memory_bytes", None)}  # fmt: skip
 
 
-def timed_generate(llm, prompts, max_tokens: int) -> float:
-    from vllm import SamplingParams, TokensPrompt
+def timed_generate(llm, prompts, max_tokens: int) -> dict:
+    """One generation of the batch, timed from outside the engine as a client
+    sees it: the raw times of :mod:`omni.iterations`.
 
-    sampling = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True, detokenize=False)
+    The loop is ``LLM._run_engine``'s own (``llm_engine.step()`` until no
+    request is unfinished), with DELTA outputs so each step says which
+    sequences received a token: TTFT is when every sequence has its first,
+    each later step's wall time is an inter-token latency. Requests go in
+    through ``LLM.enqueue``, the same path ``generate`` takes.
+    """
+    from vllm import SamplingParams, TokensPrompt
+    from vllm.sampling_params import RequestOutputKind
+
+    sampling = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True, detokenize=False,
+                              output_kind=RequestOutputKind.DELTA)  # fmt: skip
+    engine = llm.llm_engine
     t0 = time.perf_counter()
-    outputs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], sampling, use_tqdm=False)
-    elapsed = time.perf_counter() - t0
-    produced = {len(o.outputs[0].token_ids) for o in outputs}
-    if produced != {max_tokens}:
-        raise RuntimeError(f"asked for {max_tokens} tokens per sequence, got {sorted(produced)}")
-    return elapsed
+    llm.enqueue([TokensPrompt(prompt_token_ids=p) for p in prompts], sampling, use_tqdm=False)
+    produced: dict[str, int] = {}
+    ttft, last, steps = None, None, []
+    while engine.has_unfinished_requests():
+        outputs = engine.step()
+        now = time.perf_counter()
+        got = 0
+        for out in outputs:
+            n = len(out.outputs[0].token_ids)
+            produced[out.request_id] = produced.get(out.request_id, 0) + n
+            got += n
+        if not got:
+            continue
+        if ttft is None:
+            if len(produced) == len(prompts) and min(produced.values()) > 0:
+                ttft = now - t0
+                last = now
+        else:
+            steps.append(now - last)
+            last = now
+    e2e = time.perf_counter() - t0
+    if set(produced.values()) != {max_tokens} or len(produced) != len(prompts):
+        raise RuntimeError(f"asked for {max_tokens} tokens per sequence, got {sorted(produced.values())}")
+    return {"ttft_s": ttft, "e2e_s": e2e, "step_s": steps}
 
 
 def run(arm: dict) -> dict:
@@ -115,14 +146,13 @@ def run(arm: dict) -> dict:
     batch, prompt_len, max_tokens = arm["batch_size"], arm["prompt_len"], arm["max_tokens"]
     prompts = token_prompts(batch, prompt_len, llm.llm_engine.model_config.get_vocab_size())
     for _ in range(arm["params"]["warmup"]):
-        timed_generate(llm, token_prompts(batch, prompt_len, 10000, seed=1), 2)
-    ttft = timed_generate(llm, prompts, 1)
-    e2e = timed_generate(llm, token_prompts(batch, prompt_len, 10000, seed=2), max_tokens)
+        timed_generate(llm, token_prompts(batch, prompt_len, 10000, seed=1), max_tokens)
+    iterations = [timed_generate(llm, prompts, max_tokens) for _ in range(arm["params"]["iterations"])]
     mark_phase("steady")
     time.sleep(arm["params"]["hold_s"])
-    metrics = rates(batch, prompt_len, max_tokens, ttft, e2e) | {"load_s": load_s, "kv_cache_bytes_effective": kv_effective}
     return {
-        "metrics": metrics,
+        "metrics": {"load_s": load_s, "kv_cache_bytes_effective": kv_effective},
+        "iterations": iterations,
         "patch_report": read_patch_report(report_path),
         "config": {**kv_config, "omp_threads_bind": os.environ.get("VLLM_CPU_OMP_THREADS_BIND"),
                    "enforce_eager": kwargs["enforce_eager"], "max_model_len": kwargs["max_model_len"]},
