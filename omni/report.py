@@ -53,9 +53,17 @@ def summary_markdown(summary: SweepSummary) -> str:
             ci = f"[{_num(cell.ci_low)}, {_num(cell.ci_high)}]" if cell.ci_low is not None else "-"
             cv = f"{cell.cv:.1%}" if cell.cv is not None else "-"
             verdict = "baseline" if arm == summary.baseline else _verdict_text(summary.judged[(arm, metric)])
+            if metric in summary.untrusted and arm not in (summary.baseline, summary.control):
+                verdict += " (untrustworthy: see the control)"
             outliers = f" ({len(cell.outliers)} outlier(s))" if cell.outliers else ""
             lines.append(f"| {arm} | {metric} | {cell.n}{outliers} | {_num(cell.median)} | {_num(cell.mad)} | {cv} "
                          f"| {ci} | {_num(cell.min)} | {_num(cell.max)} | {verdict} |")  # fmt: skip
+    if summary.control:
+        judged = [summary.judged[(summary.control, m)] for m in summary.metrics if (summary.control, m) in summary.judged]
+        counts = {v: sum(1 for j in judged if j.comparison and j.comparison.verdict == v) for v in VERDICT_COLORS}
+        lines += ["", f"Live A/A control `{summary.control}` (a replica of `{summary.baseline}`, interleaved): "
+                  + ", ".join(f"{n} {v}" for v, n in counts.items() if n)
+                  + (f"; differs on {', '.join(summary.untrusted)}" if summary.untrusted else "; this host behaved")]
     lines += ["", "Smallest effect that matters (min_effect; equivalent = the interval inside +-min_effect):"]
     lines += [f"- {m}: {e:.1%} ({src})" for m, (e, src) in summary.min_effects.items()]
     lines += ["", "Verdicts: Welch t interval of the ratio of geometric means on log run values, noise from "

@@ -493,6 +493,9 @@ _MATRIX = TypeAdapter(list[MatrixBlock])
 Origins = dict[int, tuple[int, dict[str, int]]]
 
 
+CONTROL_SUFFIX = ".control"
+
+
 class Sweep(_SpecModel):
     """A set of arms, each run ``passes`` times in a seeded interleaved order."""
 
@@ -507,7 +510,12 @@ class Sweep(_SpecModel):
     # or {default: 0.05, decode_tok_s: 0.02, ...}; unset: 5 % times, 1 % memory
     min_effect: float | dict[str, float] | None = None
     slots: SlotRequest = SlotRequest()
-    arms: list[Arm] = []  # explicit arms, then those of matrix: blocks
+    # a live A/A control: a replica of the baseline arm, named
+    # "<baseline>.control", interleaved like any arm; its verdict against the
+    # baseline says whether the host behaved during this sweep.
+    # None: on when there is something to compare (2 arms or more) and 3 passes or more
+    control: bool | None = None
+    arms: list[Arm] = []  # explicit arms, then those of matrix: blocks, then the control
 
     @field_validator("min_effect")
     @classmethod
@@ -526,6 +534,25 @@ class Sweep(_SpecModel):
     def baseline_arm(self) -> str:
         return self.baseline if self.baseline is not None else self.arms[0].name
 
+    @property
+    def control_arm(self) -> str | None:
+        """The name of the A/A control arm, None when the sweep has none."""
+        name = f"{self.baseline_arm}{CONTROL_SUFFIX}"
+        if self.control is None:
+            planned = len([a for a in self.arms if a.name != name]) >= 2 and self.passes >= 3
+        else:
+            planned = self.control
+        return name if planned else None
+
+    def _with_control(self) -> "Sweep":
+        """The sweep with its control arm appended (once: a sweep read back
+        from its own dump already has it)."""
+        name = self.control_arm
+        if name is None or any(a.name == name for a in self.arms):
+            return self
+        base = next(a for a in self.arms if a.name == self.baseline_arm)
+        return self.model_copy(update={"arms": [*self.arms, base.model_copy(update={"name": name})]})
+
     @classmethod
     def known_keys(cls) -> list[str]:
         return [*cls.model_fields, "matrix"]
@@ -543,7 +570,7 @@ class Sweep(_SpecModel):
             problems += sweep._arm_problems()
         if problems:
             raise _validation_error(cls.__name__, [_relocate(p, origins) for p in problems])
-        return sweep
+        return sweep._with_control()
 
     def _arm_problems(self) -> list[Problem]:
         problems: list[Problem] = []
@@ -551,6 +578,9 @@ class Sweep(_SpecModel):
         for i, arm in enumerate(self.arms):
             if arm.name in seen:
                 problems.append((("arms", i, "name"), f"arm name {arm.name!r} is used by an earlier arm too"))
+            if arm.name.endswith(CONTROL_SUFFIX) and arm.name != f"{self.baseline_arm}{CONTROL_SUFFIX}":
+                problems.append((("arms", i, "name"), f"arm names ending in {CONTROL_SUFFIX!r} are kept for the "
+                                 "A/A control arm omni adds (control: true); rename the arm"))  # fmt: skip
             seen.add(arm.name)
         if self.baseline is not None and self.baseline not in seen:
             names = ", ".join(a.name for a in self.arms)

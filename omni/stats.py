@@ -17,10 +17,13 @@ smallest relative effect that matters (an equivalence margin):
   per arm would resolve an effect of min_effect.
 
 The interval: Welch's t interval on the difference of mean log run values
-(a ratio of geometric means), df by Welch-Satterthwaite, with a known
-between-sweep ``drift`` added to the variance when the two samples come from
-different sweeps (interleaving cancels drift only within a sweep). Noise is
-estimated from the compared data itself. At 3-5 passes it stays honest where
+(a ratio of geometric means; a run's value is the median of its
+iterations), df by Welch-Satterthwaite, with a known between-sweep ``drift``
+added to the variance when the two samples come from different sweeps
+(interleaving cancels drift only within a sweep). Noise is estimated from the
+compared data itself, hierarchically: the between-run variance of run
+values, floored per side by the variance of a run's median that the spread
+of its own iterations implies. At 3-5 passes it stays honest where
 a bootstrap does not: over A/A comparisons of log-normal data, 5.0 % false
 positives at 3 passes, where a percentile bootstrap of the ratio of medians
 gave 8 % (tests/test_stats.py simulates both).
@@ -197,16 +200,19 @@ def pooled_log_sd(samples: Iterable[np.ndarray]) -> float | None:
 
 
 def welch_log_interval(
-    b: np.ndarray, o: np.ndarray, confidence: float, drift: float = 0.0
+    b: np.ndarray, o: np.ndarray, confidence: float, drift: float = 0.0, within: tuple[float, float] = (0.0, 0.0)
 ) -> tuple[float, float, float, float]:
     """(difference of mean logs, its half-width, pooled sd of logs, df).
 
     Welch's two-sample t interval (Welch 1947, df by Satterthwaite 1946) on
     log values; ``drift`` (a relative sd per sweep) adds 2 drift^2 to the
     variance of the difference, with infinite degrees of freedom of its own.
+    ``within`` is, per side, the variance of one run's log value that its
+    own iterations imply: the between-run variance of run values cannot be
+    smaller, so a side whose few runs happened to agree is floored at it.
     """
     lb, lo = np.log(b), np.log(o)
-    vb, vo = float(lb.var(ddof=1)), float(lo.var(ddof=1))
+    vb, vo = max(float(lb.var(ddof=1)), within[0]), max(float(lo.var(ddof=1)), within[1])
     sb, so = vb / lb.size, vo / lo.size
     extra = 2 * drift**2
     var = sb + so + extra
@@ -228,11 +234,14 @@ def compare(
     min_effect: float,
     drift: float = 0.0,
     confidence: float = 0.95,
+    within: tuple[float, float] = (0.0, 0.0),
 ) -> Comparison:
     """Judge ``other`` against ``base`` with an equivalence margin (see module doc).
 
     Values must be positive (times, rates, bytes): the ratio lives on a log
     scale. Fewer than 2 values on a side is ``inconclusive``: no noise seen.
+    ``within``: per side, the variance of a run's log value implied by its
+    iterations (:func:`within_run_variance`), a floor on the between-run one.
     """
     b, o = _real(base), _real(other)
     b, o = b[b > 0], o[o > 0]
@@ -240,7 +249,8 @@ def compare(
         ratio = float(np.median(o) / np.median(b)) if b.size and o.size else None
         return Comparison(int(b.size), int(o.size), ratio, None, None, min_effect, None, drift, "inconclusive",
                           passes_needed=3)  # fmt: skip
-    diff, half, noise, _ = welch_log_interval(b, o, confidence, drift)
+    diff, half, noise, _ = welch_log_interval(b, o, confidence, drift, within)
+    noise = max(noise, math.sqrt(max(within)))
     ratio, low, high = math.exp(diff), math.exp(diff - half), math.exp(diff + half)
     margin = math.log1p(min_effect)
     inside = -margin <= diff - half and diff + half <= margin
@@ -251,6 +261,16 @@ def compare(
         return Comparison(b.size, o.size, ratio, low, high, min_effect, noise, drift, "equivalent")
     needed = passes_needed(min_effect, max(noise, drift), confidence)
     return Comparison(b.size, o.size, ratio, low, high, min_effect, noise, drift, "inconclusive", passes_needed=needed)
+
+
+def within_run_variance(sd_logs: Sequence[float | None], iterations: Sequence[float | None]) -> float:
+    """The variance of one run's (log) median that its own iterations imply,
+    averaged over runs: (pi/2) sd^2 / k for k iterations of log-sd sd (the
+    median's efficiency for normal data). 0 where no run has 2 iterations."""
+    parts = [MEDIAN_EFFICIENCY**2 * float(sd) ** 2 / float(k)
+             for sd, k in zip(sd_logs, iterations)
+             if sd is not None and k is not None and not math.isnan(float(sd)) and float(k) >= 2]  # fmt: skip
+    return sum(parts) / len(parts) if parts else 0.0
 
 
 def passes_needed(effect: float, cv: float, confidence: float = 0.95, power: float = 0.8) -> int:

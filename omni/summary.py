@@ -36,6 +36,7 @@ from omni.stats import (
     pooled_cv,
     pooled_log_sd,
     summarize,
+    within_run_variance,
 )
 from omni.store import COLUMNS, COLUMNS_BY_NAME, load_runs
 
@@ -273,6 +274,8 @@ class SweepSummary:
     excluded: int
     warnings: tuple[str, ...] = field(default_factory=tuple)
     values: dict[tuple[str, str], list[float]] = field(default_factory=dict)
+    control: str | None = None  # the A/A control arm, a replica of the baseline
+    untrusted: dict[str, str] = field(default_factory=dict)  # metric -> why its verdicts are not to be trusted
 
 
 def _values(frame: pd.DataFrame, arm: str, metric: str) -> list[float]:
@@ -299,8 +302,19 @@ def judge(
         if len(modes - {None}) > 1:
             return Judged(None, "refused: mixed mmap modes (mmap weights are file pages, not RssAnon)", warnings)
     result = compare(_values(base, base_arm, metric), _values(other, arm, metric),
-                     better=COLUMNS_BY_NAME[metric].better, min_effect=min_effect, drift=drift)  # fmt: skip
+                     better=COLUMNS_BY_NAME[metric].better, min_effect=min_effect, drift=drift,
+                     within=(_within(base, base_arm, metric), _within(other, arm, metric)))  # fmt: skip
     return Judged(result, None, warnings)
+
+
+def _within(frame: pd.DataFrame, arm: str, metric: str) -> float:
+    """Variance of one run's log value implied by its iterations (0 when the
+    metric is not iterated or the rows predate iterations)."""
+    spread = f"{metric}_iter_sd_log"
+    if spread not in frame.columns or "iterations" not in frame.columns:
+        return 0.0
+    rows = frame.loc[(frame["arm"] == arm) & frame[metric].notna()]
+    return within_run_variance(rows[spread].tolist(), rows["iterations"].tolist())
 
 
 def _too_few_passes(metrics, arms, cells, values, effects) -> list[str]:
@@ -338,12 +352,46 @@ def summarize_sweep(results: Path, sweep_id: str, include_retracted: bool = Fals
             if baseline and arm != baseline:
                 judged[(arm, metric)] = judge(ok, ok, baseline, arm, metric, effects[metric][0])
     warnings = _too_few_passes(metrics, arms, cells, values, effects)
+    control = control_of(results, sweep_id, arms)
+    untrusted = control_failures(judged, control, baseline, metrics) if control and baseline != control else {}
+    warnings += [f"untrustworthy {metric}: {why}" for metric, why in untrusted.items()]
     return SweepSummary(
         sweep_id=sweep_id, sweep_name=str(frame["sweep_name"].iloc[0]), baseline=baseline, arms=tuple(arms),
         metrics=tuple(metrics), floors=floors, min_effects=effects, cells=cells, judged=judged,
         runs={a: int((frame["arm"] == a).sum()) for a in arms}, ok={a: int((ok["arm"] == a).sum()) for a in arms},
-        excluded=excluded, warnings=tuple(warnings), values=values,
+        excluded=excluded, warnings=tuple(warnings), values=values, control=control, untrusted=untrusted,
     )  # fmt: skip
+
+
+def control_of(results: Path, sweep_id: str, arms: list[str]) -> str | None:
+    """The sweep's A/A control arm (from its spec copy), when it has runs."""
+    spec = sweep_spec(results, sweep_id)
+    name = spec.control_arm if spec is not None else None
+    return name if name in arms else None
+
+
+def control_failures(judged: dict, control: str, baseline: str, metrics: list[str]) -> dict[str, str]:
+    """metric -> why its verdicts are untrustworthy: the control, the
+    baseline's replica, came out better or worse than the baseline by an
+    interval that reaches past min_effect. A/A cannot differ; when it does,
+    the host moved under the sweep by as much as the effects that matter.
+    (A control difference wholly inside +-min_effect is noted, not flagged:
+    it cannot turn an effect that matters into none or the reverse.)"""
+    out = {}
+    for metric in metrics:
+        j = judged.get((control, metric))
+        c = j.comparison if j else None
+        if c is None or c.verdict not in ("better", "worse"):
+            continue
+        seen = f"x{c.ratio:.3f} [{c.ci_low:.3f}, {c.ci_high:.3f}]"
+        if c.below_min_effect:
+            out[metric] = (f"the A/A control {control} differs from {baseline} by {seen}, inside min_effect "
+                           f"{c.min_effect:.0%}: verdicts below min_effect on it are not to be trusted")
+        else:
+            out[metric] = (f"the A/A control {control} came out {c.verdict} than its own replica {baseline}: "
+                           f"{seen} beyond min_effect {c.min_effect:.0%}; the host was not stable during this "
+                           "sweep, so no verdict on this metric holds; rerun it")  # fmt: skip
+    return out
 
 
 @dataclass(frozen=True)
@@ -534,6 +582,7 @@ def as_json(summary: SweepSummary) -> dict:
         "excluded_retracted": summary.excluded, "warnings": list(summary.warnings),
         "floors": {m: {"floor": f, "source": s} for m, (f, s) in summary.floors.items()},
         "min_effects": {m: {"min_effect": e, "source": s} for m, (e, s) in summary.min_effects.items()},
+        "control": summary.control, "untrusted": summary.untrusted,
         "arms": {arm: {"runs": summary.runs[arm], "ok": summary.ok[arm],
                        "metrics": {m: asdict(summary.cells[(arm, m)]) for m in summary.metrics}}
                  for arm in summary.arms},

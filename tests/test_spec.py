@@ -99,8 +99,10 @@ def test_good_json_loads(tmp_path):
 
 def test_matrix_expands_after_explicit_arms(tmp_path):
     sweep = load_spec(write(tmp_path, MATRIX_YAML)).sweep
-    assert [a.name for a in sweep.arms] == ["plain", "mem0-t1", "mem0-t2", "mem512-t1", "mem512-t2"]
-    grid = {a.name: a for a in sweep.arms[1:]}
+    # then the live A/A control, a replica of the baseline (5 arms, 3 passes by default)
+    assert [a.name for a in sweep.arms] == ["plain", "mem0-t1", "mem0-t2", "mem512-t1", "mem512-t2", "plain.control"]
+    assert sweep.arms[-1].model_dump(exclude={"name"}) == sweep.arms[0].model_dump(exclude={"name"})
+    grid = {a.name: a for a in sweep.arms[1:-1]}
     assert grid["mem512-t2"].threads == 2
     assert grid["mem512-t2"].params["mem_mb"] == 512.0
     assert all(a.params["procs"] == 3 and a.max_tokens == 4 for a in grid.values())  # base kept
@@ -110,6 +112,7 @@ def test_matrix_expands_after_explicit_arms(tmp_path):
 def test_matrix_alone_and_env_axis(tmp_path):
     text = """\
         name: env-grid
+        control: false
         matrix:
           - name: "omp{env.OMP_NUM_THREADS}"
             base: {engine: synthetic, env: {KMP_AFFINITY: compact}}
@@ -117,7 +120,7 @@ def test_matrix_alone_and_env_axis(tmp_path):
               env.OMP_NUM_THREADS: ["1", "2"]
     """
     sweep = load_spec(write(tmp_path, text)).sweep
-    assert [a.name for a in sweep.arms] == ["omp1", "omp2"]
+    assert [a.name for a in sweep.arms] == ["omp1", "omp2"]  # control: false
     assert sweep.arms[1].env == {"KMP_AFFINITY": "compact", "OMP_NUM_THREADS": "2"}
 
 
@@ -193,11 +196,37 @@ def test_every_problem_listed_in_file_order(in_tmp):
     assert "pydantic" not in message
 
 
-@pytest.mark.parametrize("name", ["smoke-synthetic.yaml", "calibrate-synthetic.yaml"])
-def test_repo_arms_files_load(name):
+@pytest.mark.parametrize("name,arms", [("smoke-synthetic.yaml", ["small", "large", "small.control"]),
+                                       ("calibrate-synthetic.yaml", ["a", "b"])])  # itself A/A: control: false
+def test_repo_arms_files_load(name, arms):
     sweep = load_spec(REPO / "arms" / name).sweep
     assert sweep.name == name.removesuffix(".yaml")
-    assert len(sweep.arms) == 2 and all(a.engine == "synthetic" for a in sweep.arms)
+    assert [a.name for a in sweep.arms] == arms and all(a.engine == "synthetic" for a in sweep.arms)
+
+
+@pytest.mark.parametrize("passes,arms,control,expected", [
+    (3, 2, None, "a.control"),  # default: something to compare, enough passes
+    (2, 2, None, None),  # too few passes for a verdict on it
+    (5, 1, None, None),  # nothing to compare
+    (2, 1, True, "a.control"),  # asked for
+    (5, 2, False, None),  # refused
+])  # fmt: skip
+def test_live_control_defaults(tmp_path, passes, arms, control, expected):
+    spec = {"name": "ctl", "passes": passes, "arms": [{"name": n, "engine": "synthetic"} for n in "ab"[:arms]]}
+    if control is not None:
+        spec["control"] = control
+    sweep = load_spec(write(tmp_path, json.dumps(spec), "ctl.json")).sweep
+    assert sweep.control_arm == expected
+    names = [a.name for a in sweep.arms]
+    assert names == [*"ab"[:arms], *([expected] if expected else [])]
+    assert [a.name for a in type(sweep).model_validate(sweep.model_dump()).arms] == names  # added once
+
+
+def test_control_suffix_is_reserved(tmp_path):
+    spec = {"name": "ctl", "baseline": "b", "arms": [{"name": "a.control", "engine": "synthetic"},
+                                                     {"name": "b", "engine": "synthetic"}]}  # fmt: skip
+    with pytest.raises(SpecError, match=r"ending in '\.control' are kept for the A/A control"):
+        load_spec(write(tmp_path, json.dumps(spec), "ctl.json"))
 
 
 @pytest.mark.parametrize("path", sorted((REPO / "arms").glob("*.yaml")), ids=lambda p: p.name)

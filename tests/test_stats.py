@@ -14,6 +14,7 @@ from omni.stats import (
     describe,
     passes_needed,
     summarize,
+    within_run_variance,
 )
 
 
@@ -157,3 +158,37 @@ def test_a_a_with_enough_passes_is_equivalent():
                 for _ in range(200)]  # fmt: skip
     assert verdicts.count("equivalent") / 200 >= 0.9, {v: verdicts.count(v) for v in set(verdicts)}
     assert verdicts.count("better") + verdicts.count("worse") <= 200 * FP_BOUND
+
+
+def hierarchical_runs(rng, center: float, between: float, within: float, passes: int, k: int = 5):
+    """Run medians of ``k`` iterations each, and each run's sd of log iteration
+    values: a run level drawn with sd ``between``, iterations around it with ``within``."""
+    levels = np.log(center) + rng.normal(0, between, passes)
+    iters = levels[:, None] + rng.normal(0, within, (passes, k))
+    return np.exp(np.median(iters, axis=1)), iters.std(axis=1, ddof=1)
+
+
+@pytest.mark.parametrize("passes", [3, 5, 10])
+@pytest.mark.parametrize("between,within", [(0.02, 0.02), (0.0, 0.05)])
+def test_a_a_runs_of_iterations_false_positives(passes, between, within):
+    """Hierarchical A/A: run medians of 5 iterations, the within-run floor on.
+    Better/worse at most 5 % (+ Monte Carlo error) over 200 comparisons."""
+    rng = np.random.default_rng(passes * 7 + int(within * 100))
+    k, false = 5, 0
+    for _ in range(SIMULATIONS):
+        (b, sb), (o, so) = (hierarchical_runs(rng, 100, between, within, passes, k) for _ in range(2))
+        within_var = (within_run_variance(sb, [k] * passes), within_run_variance(so, [k] * passes))
+        false += compare(b, o, better="higher", min_effect=0.05, within=within_var).verdict in ("better", "worse")
+    assert false / SIMULATIONS <= FP_BOUND, false
+
+
+def test_within_run_spread_floors_a_lucky_quiet_between_run_variance():
+    # three runs whose medians happen to agree to 0.05 %, from iterations that spread 5 %
+    base, other = [100.0, 100.05, 99.95], [102.0, 102.05, 101.95]
+    quiet = compare(base, other, better="higher", min_effect=0.05)
+    floor = within_run_variance([0.05] * 3, [5] * 3)
+    assert floor == pytest.approx(math.pi / 2 * 0.05**2 / 5)
+    honest = compare(base, other, better="higher", min_effect=0.05, within=(floor, floor))
+    assert quiet.verdict == "better" and quiet.below_min_effect  # 2 %, certain on 3 agreeing runs
+    assert honest.verdict == "inconclusive" and honest.noise == pytest.approx(math.sqrt(floor))
+    assert within_run_variance([None, float("nan")], [5, 5]) == 0.0  # no iterations recorded: no floor

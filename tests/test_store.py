@@ -309,7 +309,7 @@ def test_v2_file_reads_with_the_memory_placement_columns_unknown(tmp_path):
     partition.mkdir(parents=True)
     shutil.copy(FIXTURES / "run_v2.parquet", partition / "r-v2-0001.parquet")
     old = store.load_runs(tmp_path).set_index("run_id").loc["r-v2-0001"]
-    assert old["schema_version"] == store.SCHEMA_VERSION == 3
+    assert old["schema_version"] == store.SCHEMA_VERSION
     assert old["binding_ok"] and list(old["mems_allowed_seen"]) == [0]
     for column in ("mempolicies_seen", "mem_anon_kib_by_node", "mem_local_fraction", "numa_by_proc", "straddle",
                    "slots_override", "numa_maps_reads"):  # fmt: skip
@@ -345,3 +345,45 @@ def test_fast_scan_agrees_with_load_runs_and_falls_back_for_old_files(tmp_path):
     mixed = store.scan(tmp_path, columns).to_pydict()
     assert sorted(mixed["run_id"]) == ["r-old-0001", "r0", "r1", "r2"]
     assert dict(zip(mixed["run_id"], mixed["decode_tok_s"]))["r-old-0001"] == 41.5
+
+
+def test_v3_file_reads_with_the_iteration_columns_unknown(tmp_path):
+    # run_v3.parquet: written by the schema-3 writer, one timed sample per run
+    partition = tmp_path / "runs" / "sweep=s-2026-11-28"
+    partition.mkdir(parents=True)
+    shutil.copy(FIXTURES / "run_v3.parquet", partition / "r-v3-0001.parquet")
+    store.write_run(tmp_path, full_row("r-new", "s-2026-11-28") | {"iterations": 5, "tpot_ms": 2.5})
+    frame = store.load_runs(tmp_path).set_index("run_id")
+    old = frame.loc["r-v3-0001"]
+    assert old["schema_version"] == store.SCHEMA_VERSION and old["decode_tok_s"] == 402.0
+    for column in ("iterations", "tpot_ms", "itl_p99_ms", "decode_tok_s_iter_sd_log"):
+        assert pd.isna(old[column]), column
+    assert frame.loc["r-new", "iterations"] == 5
+
+
+def test_iterations_table_round_trips_and_needs_its_run(tmp_path):
+    row = full_row("r1", "s1")
+    its = [{"iteration": i, "ttft_ms": 10.0 + i, "decode_tok_s": 100.0, "steps": 2, "step_ms": [4.0, 5.0]}
+           for i in range(3)]  # fmt: skip
+    store.write_iterations(tmp_path, row, its)
+    # written first, committed by the run's own row: not read before it
+    assert store.load_iterations(tmp_path, "s1").empty
+    store.write_run(tmp_path, row)
+    got = store.load_iterations(tmp_path, "s1")
+    assert list(got["iteration"]) == [0, 1, 2] and set(got["run_id"]) == {"r1"} and set(got["arm"]) == {"kv-4g"}
+    assert list(got.iloc[0]["step_ms"]) == [4.0, 5.0]
+    assert len(pd.read_parquet(tmp_path / "iterations")) == 3  # plain pandas, as the README shows
+    with pytest.raises(OmniError, match="already exists"):
+        store.write_iterations(tmp_path, row, its)
+
+
+def test_uncommitted_iterations_are_set_aside_by_the_rerun(tmp_path):
+    # a store interrupted between the iterations file and the run's row: the
+    # resume reruns the same run id; the stale file is kept, hidden
+    row = full_row("r1", "s1")
+    store.write_iterations(tmp_path, row, [{"iteration": 0, "ttft_ms": 99.0}])
+    store.write_iterations(tmp_path, row, [{"iteration": 0, "ttft_ms": 11.0}])
+    store.write_run(tmp_path, row)
+    assert list(store.load_iterations(tmp_path)["ttft_ms"]) == [11.0]
+    hidden = list((tmp_path / "iterations" / "sweep=s1").glob(".r1.*.uncommitted"))
+    assert len(hidden) == 1
