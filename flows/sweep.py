@@ -96,15 +96,15 @@ def newest_regressions(results: str, sweep_name: str, sweep_id: str) -> list[Cha
 
 def regression_summary(regressions: list[Change]) -> str:
     lines = [f"{len(regressions)} regression(s) against the earlier sweeps of this spec:"]
-    lines += [f"- {c.arm} {c.metric}: x{c.ratio:.3f} of the history mean (z {c.z:+.1f}); runs {', '.join(c.run_ids)}; "
-              f"history runs {', '.join(c.history_run_ids)}" for c in regressions]  # fmt: skip
+    lines += [f"- {c.arm} {c.metric}: x{c.ratio:.3f} [{c.ci_low:.3f}, {c.ci_high:.3f}] of the history; "
+              f"runs {', '.join(c.run_ids)}; history runs {', '.join(c.history_run_ids)}" for c in regressions]  # fmt: skip
     return "\n".join(lines)
 
 
 def publish_regressions(sweep_id: str, regressions: list[Change]) -> None:
     key = "".join(c if c.isalnum() else "-" for c in sweep_id.lower())
-    rows = [{"arm": c.arm, "metric": c.metric, "ratio": c.ratio, "z": c.z, "median": c.median,
-             "history_mean": c.history_mean, "run_ids": ", ".join(c.run_ids),
+    rows = [{"arm": c.arm, "metric": c.metric, "ratio": c.ratio, "ci_low": c.ci_low, "ci_high": c.ci_high,
+             "median": c.median, "history_median": c.history_median, "drift": c.drift, "run_ids": ", ".join(c.run_ids),
              "history_run_ids": ", ".join(c.history_run_ids)} for c in regressions]  # fmt: skip
     create_table_artifact(rows, key=f"regressions-{key}", description=f"regressions of {sweep_id}")
 

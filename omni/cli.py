@@ -274,14 +274,16 @@ def regressions(
     sweep_name: str = typer.Argument(..., help="spec name shared by the repeated sweeps, e.g. nightly"),
     results: Path = RESULTS_OPT,
     window: int = typer.Option(10, min=2, help="earlier sweeps each one is compared with"),
-    threshold: float = typer.Option(3.0, min=0.5, help="|z| at which a change is flagged"),
+    min_history: int = typer.Option(3, min=1, help="earlier sweeps needed before a sweep is judged"),
     include_retracted: bool = RETRACTED_OPT,
 ) -> None:
-    """Regressions and improvements of repeated sweeps of one spec (lookback z-score)."""
+    """Regressions and improvements of repeated sweeps of one spec: each
+    sweep's runs against the earlier sweeps' runs, with the verdict rule and
+    the between-sweep drift; exit 1 when the newest sweep regressed."""
     from omni.report import changes_markdown
     from omni.summary import nightly_changes
 
-    changes, order = nightly_changes(results, sweep_name, window, threshold, include_retracted=include_retracted)
+    changes, order = nightly_changes(results, sweep_name, window, min_history, include_retracted=include_retracted)
     out.print(changes_markdown(sweep_name, changes, order), markup=False, highlight=False, soft_wrap=True)
     if any(c.kind == "regression" and c.sweep_id == order[-1] for c in changes):
         raise typer.Exit(EXIT_RUNS_FAILED)
@@ -289,27 +291,34 @@ def regressions(
 
 @app.command()
 def calibrate(
-    spec: Path = typer.Argument(Path("arms/calibrate-synthetic.yaml"), help="A/A spec: identical arms"),
+    spec: Path = typer.Argument(Path("arms/calibrate-synthetic.yaml"), help="the spec whose workloads to calibrate"),
     passes: Optional[int] = typer.Option(None, min=3, help="override the spec's passes"),
+    sweeps: int = typer.Option(2, min=1, help="sweeps to run: 2 or more also measure the drift between sweeps"),
     results: Path = RESULTS_OPT,
-    from_sweep: Optional[str] = typer.Option(None, "--from", help="measure from this stored A/A sweep, run nothing"),
+    from_sweep: Optional[list[str]] = typer.Option(None, "--from", help="measure these stored sweeps (repeatable), run nothing"),
     force: bool = typer.Option(False, "--force", help="run even when the slot's cores are busy (recorded)"),
 ) -> None:
-    """Run an arm against itself and store this host's noise floor per metric;
-    summaries and comparisons on this host use it from then on."""
+    """Measure the noise of each workload (arm configuration) of SPEC within a
+    sweep, and its drift between sweeps, on this host. Summaries say which
+    calibration applies; cross-sweep compare and regressions add its drift."""
     import json
 
-    from omni.report import summary_markdown
-    from omni.summary import summarize_sweep, write_calibration
+    from omni.summary import calibrate_from
 
-    sweep_id = from_sweep or run_local_sweep(spec, passes, results, force)
-    path = write_calibration(results, sweep_id)
-    floors = json.loads(path.read_text())["floors"]
-    out.print(f"noise floors of this host from sweep {sweep_id} (relative noise of one run):", highlight=False)
-    for metric, floor in sorted(floors.items()):
-        out.print(f"  {metric:<24} {floor:8.3%}", highlight=False)
+    ids = list(from_sweep or [])
+    for k in range(0 if ids else sweeps):
+        out.print(f"calibration sweep {k + 1} of {sweeps}: {spec}", highlight=False)
+        ids.append(run_local_sweep(spec, passes, results, force))
+    path = calibrate_from(results, ids)
+    record = json.loads(path.read_text())
+    out.print(f"calibration of host {record['host']} from sweep(s) {', '.join(ids)}:", highlight=False)
+    for workload, entry in sorted(record["workloads"].items()):
+        out.print(f"  workload {workload} (arms {', '.join(entry['arms'])}; {entry['runs']} runs)", highlight=False)
+        for metric, noise in sorted(entry["noise"].items()):
+            drift = entry["drift"].get(metric)
+            shown = f"{drift:8.3%}" if drift is not None else "  (1 sweep)"
+            out.print(f"    {metric:<24} noise {noise:8.3%}  drift {shown}", highlight=False)
     out.print(f"written: {path}", highlight=False)
-    out.print(summary_markdown(summarize_sweep(results, sweep_id)), markup=False, highlight=False, soft_wrap=True)
 
 
 @app.command()

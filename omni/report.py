@@ -12,7 +12,9 @@ import json
 import math
 from pathlib import Path
 
-from omni.summary import Change, Judged, SweepComparison, SweepSummary, as_json
+from dataclasses import asdict
+
+from omni.summary import Change, Judged, SweepComparison, SweepSummary
 
 VERDICT_COLORS = {"better": "#1a7f37", "worse": "#cf222e", "equivalent": "#57606a", "inconclusive": "#bf8700"}
 
@@ -64,6 +66,11 @@ def summary_markdown(summary: SweepSummary) -> str:
         lines += ["", f"Live A/A control `{summary.control}` (a replica of `{summary.baseline}`, interleaved): "
                   + ", ".join(f"{n} {v}" for v, n in counts.items() if n)
                   + (f"; differs on {', '.join(summary.untrusted)}" if summary.untrusted else "; this host behaved")]
+    used = {}
+    for arm, source in summary.calibrations.items():
+        used.setdefault(source, []).append(arm)
+    lines += ["", "Calibration (noise and between-sweep drift of each arm's workload, omni calibrate):"]
+    lines += [f"- {', '.join(arms)}: {'none applies' if src == 'none' else src}" for src, arms in used.items()]
     lines += ["", "Smallest effect that matters (min_effect; equivalent = the interval inside +-min_effect):"]
     lines += [f"- {m}: {e:.1%} ({src})" for m, (e, src) in summary.min_effects.items()]
     lines += ["", "Verdicts: Welch t interval of the ratio of geometric means on log run values, noise from "
@@ -84,10 +91,10 @@ def comparison_markdown(result: SweepComparison) -> str:
         c = judged.comparison
         n_before, n_after = (c.n_base, c.n_other) if c else ("-", "-")
         lines.append(f"| {arm} | {metric} | {n_before} | {n_after} | {_verdict_text(judged)} |")
-    drifts = sorted({(j.comparison.drift, j.comparison.min_effect) for j in result.judged.values() if j.comparison})
-    lines += ["", "Two sweeps: each interval includes an assumed between-sweep drift of "
-              + ", ".join(f"{d:.2%} (min_effect {e:.0%})" for d, e in drifts)
-              + " per sweep, which interleaving cannot cancel across sweeps."]  # fmt: skip
+    drifts = sorted({(j.comparison.drift, result.drift_sources.get(key, "default"))
+                     for key, j in result.judged.items() if j.comparison})  # fmt: skip
+    lines += ["", "Two sweeps: each interval includes a between-sweep drift, which interleaving cannot cancel "
+              "across sweeps: " + "; ".join(f"{d:.2%} ({src})" for d, src in drifts) + "."]  # fmt: skip
     extra = sorted({w for j in result.judged.values() for w in j.warnings})
     if extra:
         lines += ["", "Warnings:"] + [f"- {w}" for w in extra]
@@ -97,12 +104,37 @@ def comparison_markdown(result: SweepComparison) -> str:
 def changes_markdown(sweep_name: str, changes: list[Change], sweeps: list[str]) -> str:
     lines = [f"# nightly changes of `{sweep_name}` over {len(sweeps)} sweep(s)", ""]
     if not changes:
-        return "\n".join(lines + ["No regression or improvement beyond the threshold."]) + "\n"
-    lines += ["| sweep | arm | metric | kind | z | ratio to history | runs | history runs |", "|---|---|---|---|---|---|---|---|"]
+        return "\n".join(lines + ["No regression or improvement beyond min_effect."]) + "\n"
+    lines += ["| sweep | arm | metric | kind | ratio to history [95 % CI] | drift | runs | history runs |",
+              "|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for c in changes:
-        lines.append(f"| {c.sweep_id} | {c.arm} | {c.metric} | {c.kind} | {c.z:+.1f} | x{c.ratio:.3f} "
-                     f"| {', '.join(c.run_ids)} | {', '.join(c.history_run_ids)} |")  # fmt: skip
+        lines.append(f"| {c.sweep_id} | {c.arm} | {c.metric} | {c.kind} | x{c.ratio:.3f} [{c.ci_low:.3f}, {c.ci_high:.3f}] "
+                     f"| {c.drift:.2%} ({c.drift_source}) | {', '.join(c.run_ids)} | {', '.join(c.history_run_ids)} |")  # fmt: skip
+    lines += ["", "Rule: each sweep's runs against the runs of the sweeps before it (Welch t on log run values, "
+              "the between-sweep drift added); a change is better/worse with its interval reaching past min_effect."]
     return "\n".join(lines) + "\n"
+
+
+# --- JSON ---
+
+
+def as_json(summary: SweepSummary) -> dict:
+    """A JSON-ready form of a summary (results/summaries/<sweep>.json)."""
+    return {
+        "sweep_id": summary.sweep_id, "sweep_name": summary.sweep_name, "baseline": summary.baseline,
+        "excluded_retracted": summary.excluded, "warnings": list(summary.warnings),
+        "floors": {m: {"floor": f, "source": s} for m, (f, s) in summary.floors.items()},
+        "min_effects": {m: {"min_effect": e, "source": s} for m, (e, s) in summary.min_effects.items()},
+        "control": summary.control, "untrusted": summary.untrusted, "calibrations": summary.calibrations,
+        "arms": {arm: {"runs": summary.runs[arm], "ok": summary.ok[arm],
+                       "metrics": {m: asdict(summary.cells[(arm, m)]) for m in summary.metrics}}
+                 for arm in summary.arms},
+        "against_baseline": [
+            {"arm": arm, "metric": m, "refused": j.refused, "warnings": list(j.warnings),
+             **(asdict(j.comparison) if j.comparison else {})}
+            for (arm, m), j in summary.judged.items()
+        ],
+    }  # fmt: skip
 
 
 # --- HTML with inline SVG ---

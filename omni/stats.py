@@ -48,16 +48,11 @@ MEDIAN_EFFICIENCY = math.sqrt(math.pi / 2)  # se(median) / se(mean) for normal d
 OUTLIER_Z = 3.5  # Iglewicz and Hoaglin's modified z-score cut
 RESAMPLES = 2000
 
-# Default noise floors, relative standard deviation of one run's value on a
-# shared host (../shared/DESIGN.md): end-to-end throughput and latency swing
-# about 30 %, per-op self time about 5 %, RssAnon about 0.2 %. A floor
-# measured on the host (omni calibrate) replaces these. Used by the nightly
-# lookback and the calibration, not by :func:`compare`, which measures noise.
+# Default noise of one run's value on a shared host (../shared/DESIGN.md):
+# end-to-end throughput and latency swing about 30 %, per-op self time about
+# 5 %, RssAnon about 0.2 %. Only the report's trend bands use these, where no
+# calibration measured the workload; verdicts measure noise from their data.
 DEFAULT_FLOORS = {"time": 0.30, "memory": 0.002, "op": 0.05}
-# The least a measured floor may say. An A/A calibration inside one sweep
-# cannot see drift between sweeps: sleep-paced synthetic decode measured
-# 0.3 % within a sweep and 0.7 % between two sweeps minutes apart.
-MIN_FLOORS = {"time": 0.01, "memory": 0.0001, "op": 0.01}
 # The smallest effect that matters, by kind of metric, unless the spec says
 # (min_effect): 5 % of a time or rate, 1 % of memory, 5 % of an op's time.
 DEFAULT_MIN_EFFECT = {"time": 0.05, "memory": 0.01, "op": 0.05}
@@ -65,6 +60,9 @@ DEFAULT_MIN_EFFECT = {"time": 0.05, "memory": 0.01, "op": 0.05}
 # sweeps are compared: the 0.7 % measured between two sweeps minutes apart,
 # rounded up. It does not shrink with passes.
 DEFAULT_DRIFT = {"time": 0.01, "memory": 0.0001, "op": 0.01}
+# The least drift a calibration may claim: two sweeps estimate it from one
+# degree of freedom, and a lucky pair must not make cross-sweep verdicts exact.
+MIN_DRIFT = {"time": 0.002, "memory": 0.00005, "op": 0.002}
 
 
 def _real(values: Iterable[float | None]) -> np.ndarray:
@@ -124,18 +122,6 @@ def mad(values: np.ndarray) -> float:
 def robust_cv(values: np.ndarray) -> float | None:
     med = float(np.median(values))
     return MAD_TO_SIGMA * mad(values) / abs(med) if med else None
-
-
-def pooled_cv(samples: Iterable[np.ndarray]) -> tuple[float | None, int]:
-    """Robust relative noise of one value, pooled over samples: 1.4826 x the
-    median of each value's deviation from its own sample's median, relative
-    to that median; and how many deviations went in. A sample whose median is
-    0 has no relative deviations and is left out."""
-    deviations = [np.abs(s / np.median(s) - 1) for s in samples if s.size and np.median(s) != 0]
-    if not deviations:
-        return None, 0
-    pooled = np.concatenate(deviations)
-    return MAD_TO_SIGMA * float(np.median(pooled)), int(pooled.size)
 
 
 def outliers(values: np.ndarray) -> tuple[float, ...]:
@@ -261,6 +247,21 @@ def compare(
         return Comparison(b.size, o.size, ratio, low, high, min_effect, noise, drift, "equivalent")
     needed = passes_needed(min_effect, max(noise, drift), confidence)
     return Comparison(b.size, o.size, ratio, low, high, min_effect, noise, drift, "inconclusive", passes_needed=needed)
+
+
+def between_sweep_drift(by_sweep: Sequence[np.ndarray], noise: float) -> float:
+    """A sweep level's relative sd from sweep to sweep, beyond run noise.
+
+    The variance of the sweeps' mean log values, less what ``noise`` (one
+    run's sd of log values within a sweep) explains for means of that many
+    runs (the method of moments of a one-way random-effects model), floored
+    at 0. ``by_sweep``: each sweep's positive run values, 2 sweeps or more.
+    """
+    means = np.array([np.log(s).mean() for s in by_sweep if s.size])
+    if means.size < 2:
+        raise ValueError("drift needs 2 sweeps or more")
+    explained = noise**2 * float(np.mean([1 / s.size for s in by_sweep if s.size]))
+    return math.sqrt(max(float(means.var(ddof=1)) - explained, 0.0))
 
 
 def within_run_variance(sd_logs: Sequence[float | None], iterations: Sequence[float | None]) -> float:

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import json
 import math
-import socket
-from dataclasses import asdict, dataclass, field, replace
-from datetime import datetime, timezone
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -20,27 +18,23 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from omni.calibration import NONE, Applied, for_arms, metric_kind, noise_floor, write_calibration
 from omni.errors import OmniError
 from omni.retract import retracted_runs
 from omni.spec import load_spec
 from omni.stats import (
-    DEFAULT_DRIFT,
     DEFAULT_FLOORS,
     DEFAULT_MIN_EFFECT,
-    MEDIAN_EFFICIENCY,
-    MIN_FLOORS,
     Comparison,
     Summary,
     compare,
     passes_needed,
-    pooled_cv,
     pooled_log_sd,
     summarize,
     within_run_variance,
 )
 from omni.store import COLUMNS, COLUMNS_BY_NAME, load_runs
 
-MEMORY_UNITS = ("MiB", "B")
 # rows carry these rules from the runner; a comparison over such rows warns
 ROW_RULES = ("context_len_unset", "prompt_len_le_1", "forced_busy", "teardown_crash", "placement_simulated")
 
@@ -50,76 +44,34 @@ def metric_columns() -> list[str]:
     return [c.name for c in COLUMNS if c.group == "metrics" and c.better]
 
 
-def floor_kind(metric: str) -> str:
-    return "memory" if COLUMNS_BY_NAME[metric].unit in MEMORY_UNITS else "time"
+floor_kind = metric_kind  # time or memory: which defaults apply
 
 
 def default_floor(metric: str) -> float:
     return DEFAULT_FLOORS[floor_kind(metric)]
 
 
-# --- host noise floors (omni calibrate) ---
+# --- calibrations (omni calibrate; the arithmetic is omni.calibration's) ---
 
 
-def calibrations_dir(results: Path, host: str) -> Path:
-    return Path(results) / "calibrations" / host
+def calibrate_from(results: Path, sweep_ids: list[str], include_retracted: bool = False) -> Path:
+    """Measure every workload of these stored sweeps (A/A noise within each,
+    drift between them) and store the calibration for their host."""
+    frames = [ok_rows(results, sweep_id, include_retracted)[0] for sweep_id in sweep_ids]
+    frame = pd.concat(frames, ignore_index=True)
+    hosts = set(frame["host"].dropna())
+    if len(hosts) > 1:
+        raise OmniError(f"sweeps {', '.join(sweep_ids)} ran on several hosts ({', '.join(sorted(hosts))}): "
+                        "a calibration is one host's; calibrate each host's sweeps apart")  # fmt: skip
+    return write_calibration(results, frame, metric_columns())
 
 
-def latest_calibration(results: Path, host: str | None = None) -> dict | None:
-    files = sorted(calibrations_dir(results, host or socket.gethostname()).glob("*.json"))
-    return json.loads(files[-1].read_text()) if files else None
-
-
-def floors_for(results: Path, host: str | None, metrics: list[str]) -> dict[str, tuple[float, str]]:
-    """metric -> (floor, where it came from): this host's calibration, else the default."""
-    calibration = latest_calibration(results, host) or {}
-    measured = calibration.get("floors", {})
-    out = {}
-    for metric in metrics:
-        if measured.get(metric) is not None:
-            least = MIN_FLOORS[floor_kind(metric)]
-            floor = max(float(measured[metric]), least)
-            note = f"calibrated {calibration['calibrated_at']} ({calibration['sweep_id']})"
-            out[metric] = (floor, note if floor > least else f"{note}, raised to the {least:.2%} minimum")
-        else:
-            out[metric] = (default_floor(metric), "default")
-    return out
-
-
-def arm_cv(frame: pd.DataFrame, metric: str) -> tuple[float | None, int]:
-    """Robust relative noise of one run, pooled over the arms that have at
-    least two values (:func:`omni.stats.pooled_cv`); None below 3 deviations."""
-    samples = [values.dropna().to_numpy(dtype=float) for _arm, values in frame.groupby("arm")[metric]]
-    cv, n = pooled_cv([s for s in samples if len(s) >= 2])
-    return (cv, n) if n >= 3 else (None, n)
-
-
-def write_calibration(results: Path, sweep_id: str, include_retracted: bool = False) -> Path:
-    """Measure this host's floors from an A/A sweep (identical arms) and store them."""
-    frame = ok_rows(results, sweep_id, include_retracted)[0]
-    if frame.empty:
-        raise OmniError(f"sweep {sweep_id} has no ok runs to calibrate from")
-    host = str(frame["host"].iloc[0])
-    configs = {json.dumps({k: v for k, v in json.loads(a).items() if k != "name"}, sort_keys=True)
-               for a in frame["arm_json"]}  # fmt: skip
-    if len(configs) > 1:
-        raise OmniError(
-            f"sweep {sweep_id} is no A/A sweep: its arms differ in more than their names, so their "
-            "spread is not noise; calibrate with identical arms (arms/calibrate-synthetic.yaml)"
-        )
-    floors, counts = {}, {}
-    for metric in metric_columns():
-        cv, n = arm_cv(frame, metric)
-        if cv is not None:
-            floors[metric], counts[metric] = max(cv, 1e-4), n
-    now = datetime.now(timezone.utc)
-    record = {"host": host, "sweep_id": sweep_id, "calibrated_at": now.isoformat(timespec="seconds"),
-              "floors": floors, "values_per_floor": counts}  # fmt: skip
-    folder = calibrations_dir(results, host)
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{now:%Y%m%dT%H%M%S}-{sweep_id}.json"
-    path.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
-    return path
+def arm_calibrations(results: Path, frame: pd.DataFrame, arms: list[str]) -> dict[str, Applied]:
+    host = str(frame["host"].dropna().iloc[0]) if frame["host"].notna().any() else None
+    texts = {arm: str(frame.loc[frame["arm"] == arm, "arm_json"].dropna().iloc[0])
+             for arm in arms if frame.loc[frame["arm"] == arm, "arm_json"].notna().any()}  # fmt: skip
+    found = for_arms(results, host, texts)
+    return {arm: found.get(arm, NONE) for arm in arms}
 
 
 # --- rows ---
@@ -274,6 +226,7 @@ class SweepSummary:
     excluded: int
     warnings: tuple[str, ...] = field(default_factory=tuple)
     values: dict[tuple[str, str], list[float]] = field(default_factory=dict)
+    calibrations: dict[str, str] = field(default_factory=dict)  # arm -> the calibration of its workload, or "none"
     control: str | None = None  # the A/A control arm, a replica of the baseline
     untrusted: dict[str, str] = field(default_factory=dict)  # metric -> why its verdicts are not to be trusted
 
@@ -340,10 +293,12 @@ def summarize_sweep(results: Path, sweep_id: str, include_retracted: bool = Fals
     ok, frame, excluded = ok_rows(results, sweep_id, include_retracted)
     arms = list(dict.fromkeys(frame["arm"]))
     metrics = [m for m in metric_columns() if ok[m].notna().any()]
-    host = str(frame["host"].dropna().iloc[0]) if frame["host"].notna().any() else None
-    floors = floors_for(results, host, metrics)
     effects = min_effects(results, sweep_id, metrics)
     baseline = baseline_of(results, sweep_id, arms)
+    calibrations = arm_calibrations(results, frame, arms)
+    base_cal = calibrations.get(baseline, NONE) if baseline else NONE
+    floors = {m: (noise_floor(base_cal, m, default_floor(m)), base_cal.source if m in base_cal.noise else "default")
+              for m in metrics}  # fmt: skip
     cells, judged, values = {}, {}, {}
     for arm in arms:
         for metric in metrics:
@@ -360,6 +315,7 @@ def summarize_sweep(results: Path, sweep_id: str, include_retracted: bool = Fals
         metrics=tuple(metrics), floors=floors, min_effects=effects, cells=cells, judged=judged,
         runs={a: int((frame["arm"] == a).sum()) for a in arms}, ok={a: int((ok["arm"] == a).sum()) for a in arms},
         excluded=excluded, warnings=tuple(warnings), values=values, control=control, untrusted=untrusted,
+        calibrations={arm: c.source for arm, c in calibrations.items()},
     )  # fmt: skip
 
 
@@ -403,6 +359,7 @@ class SweepComparison:
     judged: dict[tuple[str, str], Judged]
     config_changes: dict[str, str]
     excluded: int
+    drift_sources: dict[tuple[str, str], str] = field(default_factory=dict)  # where each drift came from
 
 
 def check_metrics(asked: list[str] | None, available: list[str]) -> list[str]:
@@ -444,8 +401,12 @@ def compare_sweeps(
         raise OmniError(f"sweeps {before} and {after} share no arm name; compare needs the same arms")
     metrics = check_metrics(metrics, [m for m in metric_columns() if a_ok[m].notna().any() and b_ok[m].notna().any()])
     effects = min_effects(results, after, metrics)
-    # two sweeps: interleaving cannot cancel what moved between them
-    judged = {(arm, m): judge(a_ok, b_ok, arm, arm, m, effects[m][0], DEFAULT_DRIFT[floor_kind(m)])
+    # two sweeps: interleaving cannot cancel what moved between them; the
+    # drift measured for the arm's workload (after's, else before's), else the default
+    cal_after, cal_before = arm_calibrations(results, b_all, arms), arm_calibrations(results, a_all, arms)
+    calibrations = {arm: cal_after[arm] if cal_after[arm].drift else cal_before[arm] for arm in arms}
+    drifts = {(arm, m): calibrations[arm].drift_for(m) for arm in arms for m in metrics}
+    judged = {(arm, m): judge(a_ok, b_ok, arm, arm, m, effects[m][0], drifts[(arm, m)][0])
               for arm in arms for m in metrics}  # fmt: skip
     changes = {}
     for arm in arms:
@@ -454,7 +415,8 @@ def compare_sweeps(
         diff = _diff(old, new)
         if diff:
             changes[arm] = ", ".join(diff)
-    return SweepComparison(before, after, tuple(arms), tuple(metrics), judged, changes, a_ex + b_ex)
+    sources = {(arm, m): source for (arm, m), (_, source) in drifts.items()}
+    return SweepComparison(before, after, tuple(arms), tuple(metrics), judged, changes, a_ex + b_ex, sources)
 
 
 def _diff(old: dict, new: dict, prefix: str = "") -> list[str]:
@@ -473,16 +435,21 @@ def _diff(old: dict, new: dict, prefix: str = "") -> list[str]:
 
 @dataclass(frozen=True)
 class Change:
-    """An arm's metric in one sweep against the sweeps before it."""
+    """An arm's metric in one sweep against the sweeps before it, judged by
+    the same rule as every verdict (:func:`omni.stats.compare`) with the
+    between-sweep drift added."""
 
     arm: str
     metric: str
     sweep_id: str
     kind: str  # regression | improvement
-    z: float
-    ratio: float
+    ratio: float  # geometric mean of this sweep's runs over the history's
+    ci_low: float
+    ci_high: float
+    drift: float
+    drift_source: str
     median: float
-    history_mean: float
+    history_median: float
     history_sweeps: tuple[str, ...]
     run_ids: tuple[str, ...]
     history_run_ids: tuple[str, ...]
@@ -491,59 +458,59 @@ class Change:
 def spec_runs(results: Path, sweep_name: str, include_retracted: bool = False) -> pd.DataFrame:
     """The ok, unretracted runs of every sweep of one spec name: only the
     columns the nightly comparison and the trend plots read."""
-    columns = ["sweep_id", "sweep_name", "arm", "status", "run_id", "host", "started_at", *metric_columns()]
+    spreads = [c for c in COLUMNS_BY_NAME if c.endswith("_iter_sd_log")]
+    columns = ["sweep_id", "sweep_name", "arm", "arm_json", "status", "run_id", "host", "started_at", "iterations",
+               "warning_rules", "mmap", *spreads, *metric_columns()]  # fmt: skip
     frame = load_runs(Path(results), columns=columns)
     frame = frame[(frame["sweep_name"] == sweep_name) & (frame["status"] == "ok")]
     return without_retracted(frame, results, include_retracted)[0]
 
 
 def nightly_changes(
-    results: Path, sweep_name: str, window: int = 10, threshold: float = 3.0, min_history: int = 3,
-    include_retracted: bool = False,
+    results: Path, sweep_name: str, window: int = 10, min_history: int = 3, include_retracted: bool = False
 ) -> tuple[list[Change], list[str]]:
-    """Lookback z-score (conbench-style): each sweep's per-arm median against
-    the mean of up to ``window`` earlier sweeps' medians of the same spec.
+    """Each sweep's runs against the runs of up to ``window`` earlier sweeps
+    of the same spec (at least ``min_history`` of them), per arm and metric.
 
-    The spread of the history is floored at what the metric's noise floor
-    implies for a median of that many passes, so a history that happened to be
-    quiet cannot turn a wiggle into a regression. Returns the changes and the
+    A regression is a ``worse`` verdict whose interval reaches past the
+    sweep's min_effect (not below_min_effect); an improvement the same for
+    ``better``. The interval adds the drift measured for the arm's workload
+    (omni calibrate --sweeps), else the default. Returns the changes and the
     sweep ids in time order.
     """
     frame = spec_runs(results, sweep_name, include_retracted)
-    return changes_in(frame, results, sweep_name, window, threshold, min_history)
+    return changes_in(frame, results, sweep_name, window, min_history)
 
 
 def changes_in(
-    frame: pd.DataFrame, results: Path, sweep_name: str, window: int = 10, threshold: float = 3.0, min_history: int = 3
+    frame: pd.DataFrame, results: Path, sweep_name: str, window: int = 10, min_history: int = 3
 ) -> tuple[list[Change], list[str]]:
     """:func:`nightly_changes` over rows already read (:func:`spec_runs`)."""
     if frame.empty:
         raise OmniError(f"no ok runs of sweeps named {sweep_name!r} under {results}")
     order = frame.groupby("sweep_id")["started_at"].min().sort_values().index.tolist()
     metrics = [m for m in metric_columns() if frame[m].notna().any()]
-    host = str(frame["host"].iloc[-1])
-    floors = floors_for(results, host, metrics)
+    calibrations = arm_calibrations(results, frame.iloc[::-1], list(dict.fromkeys(frame["arm"])))
+    effects = {sweep_id: min_effects(results, sweep_id, metrics) for sweep_id in order}
     changes = []
     for (arm, metric), group in _by_arm_metric(frame, metrics):
         per_sweep = {s: g for s, g in group.groupby("sweep_id")}
         sweeps = [s for s in order if s in per_sweep]
+        drift, source = calibrations[arm].drift_for(metric)
         for i, sweep_id in enumerate(sweeps):
             history = sweeps[max(0, i - window) : i]
             if len(history) < min_history:
                 continue
-            medians = np.array([per_sweep[s][metric].median() for s in history])
+            past = pd.concat([per_sweep[s] for s in history])
             current = per_sweep[sweep_id]
-            med, mean = float(current[metric].median()), float(medians.mean())
-            floor_sd = floors[metric][0] * abs(mean) * MEDIAN_EFFICIENCY / math.sqrt(max(1, len(current)))
-            sd = max(float(medians.std(ddof=1)), floor_sd)
-            z = (med - mean) / sd if sd > 0 else 0.0
-            if abs(z) < threshold:
+            judged = judge(past, current, arm, arm, metric, effects[sweep_id][metric][0], drift)
+            c = judged.comparison
+            if judged.refused or c is None or c.verdict not in ("better", "worse") or c.below_min_effect:
                 continue
-            higher_is_better = COLUMNS_BY_NAME[metric].better == "higher"
-            kind = "improvement" if (z > 0) == higher_is_better else "regression"
             changes.append(Change(
-                arm, metric, sweep_id, kind, z, med / mean if mean else math.nan, med, mean, tuple(history),
-                tuple(current["run_id"]), tuple(r for s in history for r in per_sweep[s]["run_id"]),
+                arm, metric, sweep_id, "regression" if c.verdict == "worse" else "improvement", c.ratio, c.ci_low,
+                c.ci_high, drift, source, float(current[metric].median()), float(past[metric].median()),
+                tuple(history), tuple(current["run_id"]), tuple(past["run_id"]),
             ))  # fmt: skip
     return changes, order
 
@@ -572,23 +539,6 @@ def sweep_history(results: Path, summary: SweepSummary, include_retracted: bool 
 def _by_arm_metric(frame: pd.DataFrame, metrics: list[str]):
     for arm, rows in frame.groupby("arm"):
         for metric in metrics:
-            yield (arm, metric), rows[["sweep_id", "run_id", metric]].dropna()
-
-
-def as_json(summary: SweepSummary) -> dict:
-    """A JSON-ready form of a summary (results/summaries/<sweep>.json)."""
-    return {
-        "sweep_id": summary.sweep_id, "sweep_name": summary.sweep_name, "baseline": summary.baseline,
-        "excluded_retracted": summary.excluded, "warnings": list(summary.warnings),
-        "floors": {m: {"floor": f, "source": s} for m, (f, s) in summary.floors.items()},
-        "min_effects": {m: {"min_effect": e, "source": s} for m, (e, s) in summary.min_effects.items()},
-        "control": summary.control, "untrusted": summary.untrusted,
-        "arms": {arm: {"runs": summary.runs[arm], "ok": summary.ok[arm],
-                       "metrics": {m: asdict(summary.cells[(arm, m)]) for m in summary.metrics}}
-                 for arm in summary.arms},
-        "against_baseline": [
-            {"arm": arm, "metric": m, "refused": j.refused, "warnings": list(j.warnings),
-             **(asdict(j.comparison) if j.comparison else {})}
-            for (arm, m), j in summary.judged.items()
-        ],
-    }  # fmt: skip
+            spread = [c for c in (f"{metric}_iter_sd_log", "iterations") if c in rows]
+            yield (arm, metric), rows.loc[rows[metric].notna(), ["sweep_id", "run_id", "arm", "warning_rules", "mmap",
+                                                                 metric, *spread]]  # fmt: skip

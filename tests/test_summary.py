@@ -5,22 +5,25 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import shutil
 import subprocess
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 from PIL import Image
 
 from omni.errors import OmniError
-from omni.report import comparison_markdown, html_report
+from omni.report import comparison_markdown, html_report, summary_markdown
 from omni.retract import load_retractions, retract
 from omni.runner import validity_rules
 from omni.spec import Arm
 from omni.store import write_run
-from omni.summary import compare_sweeps, nightly_changes, summarize_sweep, sweep_history, write_calibration
+from omni.report import as_json
+from omni.summary import calibrate_from, compare_sweeps, nightly_changes, summarize_sweep, sweep_history
 from tests.test_cli import omni
 
 T0 = datetime(2026, 11, 1, tzinfo=timezone.utc)
@@ -96,20 +99,40 @@ def test_a_file_can_be_retracted_by_path_and_the_cli_says_so(tmp_path):
     assert shown.returncode == 0 and "RETRACTED: bad" in shown.stdout and "fixture-host" in shown.stdout
 
 
-def test_calibration_sets_the_floor_and_refuses_a_sweep_that_is_not_a_a(tmp_path):
-    store_sweep(tmp_path, "aa", {"a": [100, 102, 98, 101, 99], "b": [100, 101, 99, 103, 97]})
-    record = json.loads(write_calibration(tmp_path, "aa").read_text())
-    # deviations from each arm's median: |x/100 - 1| = 0, .02, .02, .01, .01, 0, .01, .01, .03, .03 -> median .01
-    assert record["floors"]["decode_tok_s"] == pytest.approx(1.4826 * 0.01)
-    assert record["host"] == "fixture-host"
-    store_sweep(tmp_path, "ab", {"a": [1, 2, 3], "b": [1, 2, 3]}, extra={"b": {"params": {"mem_mb": 5}}})
-    with pytest.raises(OmniError, match="no A/A sweep"):
-        write_calibration(tmp_path, "ab")
-    store_sweep(tmp_path, "sw", {"base": [100, 101, 99], "slow": [80, 81, 79]})
-    summary = summarize_sweep(tmp_path, "sw")
-    floor, source = summary.floors["decode_tok_s"]
-    assert floor == pytest.approx(0.014826) and source.startswith("calibrated") and "aa" in source
-    assert summary.judged[("slow", "decode_tok_s")].comparison.verdict == "worse"
+def test_calibration_measures_noise_and_drift_per_workload(tmp_path):
+    # two sweeps of the same two workloads ("a" and its replica "b" are one
+    # workload; "big" another); the second sweep sits 3 % higher
+    store_sweep(tmp_path, "c1", {"a": [100, 102, 98, 101, 99], "b": [100, 101, 99, 103, 97], "big": [50, 50.5, 49.5]},
+                extra={"big": {"params": {"mem_mb": 5}}})  # fmt: skip
+    store_sweep(tmp_path, "c2", {"a": [103, 105, 101, 104, 102], "b": [103, 104, 102, 106, 100], "big": [50, 50.5, 49.5]},
+                extra={"big": {"params": {"mem_mb": 5}}})  # fmt: skip
+    record = json.loads(calibrate_from(tmp_path, ["c1", "c2"]).read_text())
+    assert record["host"] == "fixture-host" and record["sweeps"] == ["c1", "c2"]
+    by_arms = {tuple(w["arms"]): w for w in record["workloads"].values()}
+    aa, big = by_arms[("a", "b")], by_arms[("big",)]
+    logs = {k: np.log(v) for k, v in {"c1a": [100, 102, 98, 101, 99], "c1b": [100, 101, 99, 103, 97],
+                                       "c2a": [103, 105, 101, 104, 102], "c2b": [103, 104, 102, 106, 100]}.items()}
+    noise = math.sqrt(sum(((x - x.mean()) ** 2).sum() for x in logs.values()) / 16)
+    assert aa["noise"]["decode_tok_s"] == pytest.approx(noise) and aa["runs"] == 20
+    means = [np.concatenate([logs["c1a"], logs["c1b"]]).mean(), np.concatenate([logs["c2a"], logs["c2b"]]).mean()]
+    drift = math.sqrt(np.var(means, ddof=1) - noise**2 / 10)
+    assert aa["drift"]["decode_tok_s"] == pytest.approx(drift) and 0.02 < drift < 0.025
+    assert big["drift"]["decode_tok_s"] == 0.0  # it did not move: all its spread is run noise
+    # a sweep of that workload says which calibration it used; compare adds the measured drift
+    store_sweep(tmp_path, "s1", {"a": [100, 101, 99]}, name="x")
+    store_sweep(tmp_path, "s2", {"a": [100, 101, 99], "other": [1, 2, 3]}, name="x",
+                extra={"other": {"params": {"mem_mb": 9}}})  # fmt: skip
+    summary = summarize_sweep(tmp_path, "s2")
+    assert summary.calibrations["a"].startswith("calibration ") and "c1, c2" in summary.calibrations["a"]
+    assert summary.calibrations["other"] == "none"
+    text = summary_markdown(summary)
+    assert "- other: none applies" in text and "- a: calibration" in text
+    result = compare_sweeps(tmp_path, "s1", "s2")
+    c = result.judged[("a", "decode_tok_s")].comparison
+    assert c.drift == pytest.approx(drift) and result.drift_sources[("a", "decode_tok_s")].startswith("measured")
+    assert c.verdict == "inconclusive"  # 2 % of drift: 3 passes cannot say "same within 5 %"
+    with pytest.raises(OmniError, match="no ok runs|no rows"):
+        calibrate_from(tmp_path, ["nope"])
 
 
 def test_memory_compared_across_mmap_modes_is_refused(tmp_path):
@@ -134,24 +157,25 @@ def test_validity_rules_name_the_doubt():
 
 
 def test_nightly_regression_is_flagged_with_run_ids_on_both_sides(tmp_path):
-    store_sweep(tmp_path, "aa", {"a": [100, 101, 99, 100, 102], "b": [99, 100, 101, 100, 98]}, name="aa")
-    write_calibration(tmp_path, "aa")  # floor ~1.5 %
     history = [100, 101, 99, 100.5, 99.5]
     for night, center in enumerate(history):
         store_sweep(tmp_path, f"n{night}", {"a": [center - 1, center, center + 1]}, name="nightly", day=night)
     bad = store_sweep(tmp_path, "n5", {"a": [79, 80, 81]}, name="nightly", day=5)
     good = store_sweep(tmp_path, "n6", {"a": [129, 130, 131]}, name="nightly", day=6)
+    small = store_sweep(tmp_path, "n7", {"a": [98, 98.5, 99]}, name="nightly", day=7)  # 2 %: below min_effect
     changes, order = nightly_changes(tmp_path, "nightly", window=5)
-    assert order == [f"n{i}" for i in range(7)]
+    assert order == [f"n{i}" for i in range(8)]
     flagged = {(c.sweep_id, c.metric): c for c in changes}
-    assert set(flagged) == {("n5", "decode_tok_s"), ("n6", "decode_tok_s")}
+    assert set(flagged) == {("n5", "decode_tok_s"), ("n6", "decode_tok_s")}, set(flagged)
     regression, improvement = flagged[("n5", "decode_tok_s")], flagged[("n6", "decode_tok_s")]
-    assert regression.kind == "regression" and regression.z < -3 and regression.ratio == pytest.approx(0.8, rel=0.01)
+    assert regression.kind == "regression" and regression.ratio == pytest.approx(0.8, rel=0.01)
+    assert regression.ci_high < 0.95 and regression.drift == 0.01 and regression.drift_source.startswith("default")
     assert set(regression.run_ids) == set(bad) and len(regression.history_run_ids) == 15
     assert improvement.kind == "improvement" and set(improvement.run_ids) == set(good)
     assert "n5" in improvement.history_sweeps  # the bad night stays in the window: no hiding
+    assert not set(small) & {r for c in changes for r in c.run_ids}
     done = omni("regressions", "nightly", "--results", str(tmp_path), "--window", "5")
-    assert done.returncode == 0 and "regression" in done.stdout and bad[0] in done.stdout
+    assert done.returncode == 0 and "regression" in done.stdout and bad[0] in done.stdout  # the newest (n7) did not regress
 
 
 def chromium() -> str:
@@ -215,7 +239,14 @@ def test_compare_names_the_arm_made_slower_and_no_other(tmp_path):
             c = result.judged[(arm, metric)].comparison
             assert c.verdict == "equivalent" or c.below_min_effect, (metric, arm, shown)
     assert "params.step_sleep_ms 4.0 -> 5.0" in result.config_changes["large"]
-    assert "between-sweep drift of" in shown and "1.00% (min_effect 5%)" in shown
+    assert "between-sweep drift" in shown and "1.00% (default (no calibration measured it))" in shown
+    # the live A/A control of each sweep (small.control, 5 passes): this host behaved
+    for sweep_id in ids:
+        summary = summarize_sweep(results, sweep_id)
+        assert summary.control == "small.control"
+        control = summary.judged[("small.control", "decode_tok_s")].comparison
+        assert control.verdict in ("equivalent", "inconclusive") or control.below_min_effect, summary_markdown(summary)
+        assert "decode_tok_s" not in summary.untrusted
     shown = omni("compare", *ids, "--results", str(results))
     assert shown.returncode == 0 and "| large | decode_tok_s |" in shown.stdout and "worse" in shown.stdout
 
@@ -311,3 +342,34 @@ def test_a_nightly_that_regressed_ends_failed_naming_arm_metric_ratio_and_runs(t
     assert "regression(s) against the earlier sweeps of this spec" in done.stdout
     line = next(x for x in done.stdout.splitlines() if x.startswith("- a decode_tok_s: x0.0"))
     assert "runs " in line and "history runs " in line and "did not end ok" not in done.stdout
+
+
+def spec_copy(results: Path, sweep_id: str, arms: list[str], **fields) -> None:
+    folder = results / "sweeps" / sweep_id
+    folder.mkdir(parents=True)
+    (folder / "spec.yaml").write_text(yaml.safe_dump({"name": "s", "passes": 5, **fields,
+                                                      "arms": [{"name": a, "engine": "synthetic"} for a in arms]}))
+
+
+def test_a_control_that_differs_from_its_replica_flags_the_metric_untrustworthy(tmp_path):
+    steady = [100, 100.5, 99.5, 100.2, 99.8]
+    store_sweep(tmp_path, "ok", {"base": steady, "new": [90, 90.4, 89.6, 90.1, 89.9], "base.control": steady})
+    spec_copy(tmp_path, "ok", ["base", "new"])
+    calm = summarize_sweep(tmp_path, "ok")
+    assert calm.control == "base.control" and calm.untrusted == {}
+    assert calm.judged[("base.control", "decode_tok_s")].comparison.verdict == "equivalent"
+    assert "this host behaved" in summary_markdown(calm)
+    # the host slowed down under the control's runs: A/A says 8 % worse
+    store_sweep(tmp_path, "bad", {"base": steady, "new": [90, 90.4, 89.6, 90.1, 89.9],
+                                  "base.control": [92, 92.3, 91.7, 92.1, 91.9]})  # fmt: skip
+    spec_copy(tmp_path, "bad", ["base", "new"])
+    shaky = summarize_sweep(tmp_path, "bad")
+    assert set(shaky.untrusted) == {"decode_tok_s"} and "not stable" in shaky.untrusted["decode_tok_s"]
+    assert any(w.startswith("untrustworthy decode_tok_s: the A/A control base.control came out worse") for w in shaky.warnings)
+    text = summary_markdown(shaky)
+    assert "worse: x0.900" in text and "(untrustworthy: see the control)" in text and "differs on decode_tok_s" in text
+    assert as_json(shaky)["untrusted"] == shaky.untrusted
+    # without a control in the spec (control: false) nothing is judged as one
+    store_sweep(tmp_path, "off", {"base": steady, "new": steady})
+    spec_copy(tmp_path, "off", ["base", "new"], control=False)
+    assert summarize_sweep(tmp_path, "off").control is None

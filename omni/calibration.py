@@ -1,0 +1,141 @@
+"""Calibrations: A/A noise and between-sweep drift per workload, stored per host.
+
+A workload is an arm's configuration without its name (:func:`workload_of`):
+two arms that differ only by name, in any sweep, run the same workload. A
+calibration is measured from one or more stored sweeps (``omni calibrate``
+runs a spec ``--sweeps`` times and measures those):
+
+- ``noise``: one run's relative noise within a sweep, the pooled sd of log
+  run values around each (sweep, arm)'s mean. Within a sweep passes are
+  interleaved, so this is the noise verdicts inside a sweep live with.
+- ``drift``: how much a whole sweep's level moves from sweep to sweep beyond
+  that noise (:func:`omni.stats.between_sweep_drift`). Interleaving cannot
+  cancel it across sweeps, so cross-sweep ``compare`` and nightly regressions
+  add it to their intervals. Needs 2 sweeps or more.
+
+Records live in ``results/calibrations/<host>/<time>-<sweep>.json``; the
+newest one that covers a workload applies to it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import socket
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from omni.errors import OmniError
+from omni.stats import DEFAULT_DRIFT, MIN_DRIFT, between_sweep_drift, pooled_log_sd
+from omni.store import COLUMNS_BY_NAME
+
+MEMORY_UNITS = ("MiB", "B")
+
+
+def metric_kind(metric: str) -> str:
+    return "memory" if COLUMNS_BY_NAME[metric].unit in MEMORY_UNITS else "time"
+
+
+def workload_of(arm_json: str) -> str:
+    """The arm's configuration without its name, hashed: what runs, not what it is called."""
+    config = {k: v for k, v in json.loads(arm_json).items() if k != "name"}
+    return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def calibrations_dir(results: Path, host: str) -> Path:
+    return Path(results) / "calibrations" / host
+
+
+def measure(frame: pd.DataFrame, metrics: list[str]) -> dict[str, dict]:
+    """Per workload of ok rows (columns sweep_id, arm, arm_json, metrics):
+    arms, sweeps, runs, and per metric the noise and (2 sweeps or more) the drift."""
+    frame = frame.assign(workload=[workload_of(a) for a in frame["arm_json"]])
+    out = {}
+    for workload, rows in frame.groupby("workload", sort=True):
+        entry = {"arms": sorted(set(rows["arm"])), "engine": str(rows["engine"].iloc[0]) if "engine" in rows else None,
+                 "sweeps": sorted(set(rows["sweep_id"])), "runs": int(len(rows)), "noise": {}, "drift": {}}  # fmt: skip
+        for metric in metrics:
+            valid = rows[rows[metric].notna() & (rows[metric] > 0)] if metric in rows else rows.iloc[0:0]
+            samples = [g[metric].to_numpy(dtype=float) for _, g in valid.groupby(["sweep_id", "arm"])]
+            noise = pooled_log_sd(samples)
+            if noise is None:
+                continue
+            entry["noise"][metric] = noise
+            by_sweep = [g[metric].to_numpy(dtype=float) for _, g in valid.groupby("sweep_id")]
+            if len(by_sweep) >= 2:
+                entry["drift"][metric] = between_sweep_drift(by_sweep, noise)
+        out[str(workload)] = entry
+    return out
+
+
+def write_calibration(results: Path, frame: pd.DataFrame, metrics: list[str]) -> Path:
+    """Measure every workload in ``frame`` (ok rows of the calibration sweeps) and store it."""
+    if frame.empty:
+        raise OmniError("the calibration sweeps have no ok runs to measure: see their rows' errors (omni show)")
+    workloads = measure(frame, metrics)
+    if not any(w["noise"] for w in workloads.values()):
+        raise OmniError("no workload ran twice in one sweep: calibration needs passes >= 2 (3 or more is better)")
+    host = str(frame["host"].dropna().iloc[0]) if frame["host"].notna().any() else socket.gethostname()
+    sweeps = sorted(set(frame["sweep_id"]))
+    now = datetime.now(timezone.utc)
+    record = {"host": host, "sweeps": sweeps, "calibrated_at": now.isoformat(timespec="seconds"), "workloads": workloads}
+    folder = calibrations_dir(results, host)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{now:%Y%m%dT%H%M%S}-{sweeps[-1]}.json"
+    path.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+    return path
+
+
+def load_calibrations(results: Path, host: str | None) -> list[tuple[Path, dict]]:
+    """This host's calibrations, newest first; a file that is not one is an error naming it."""
+    records = []
+    for path in sorted(calibrations_dir(results, host or socket.gethostname()).glob("*.json"), reverse=True):
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError) as err:
+            raise OmniError(f"calibration {path} cannot be read ({err}); move it aside or rerun omni calibrate")
+        if "workloads" in record:  # older host-wide records (one floor per metric) do not apply to workloads
+            records.append((path, record))
+    return records
+
+
+@dataclass(frozen=True)
+class Applied:
+    """What a calibration says about one workload, and where that came from."""
+
+    noise: dict[str, float]
+    drift: dict[str, float]
+    source: str  # "calibration <file> (sweeps ...)" or "none"
+
+    def drift_for(self, metric: str) -> tuple[float, str]:
+        """The between-sweep drift for ``metric``: measured (at least MIN_DRIFT), else the default."""
+        if metric in self.drift:
+            return max(self.drift[metric], MIN_DRIFT[metric_kind(metric)]), f"measured, {self.source}"
+        return DEFAULT_DRIFT[metric_kind(metric)], "default (no calibration measured it)"
+
+
+NONE = Applied({}, {}, "none")
+
+
+def applied(results: Path, host: str | None, workload: str) -> Applied:
+    """The newest calibration of this host that measured ``workload``."""
+    for path, record in load_calibrations(results, host):
+        entry = record["workloads"].get(workload)
+        if entry:
+            return Applied(entry.get("noise", {}), entry.get("drift", {}),
+                           f"calibration {path.name} (sweeps {', '.join(record['sweeps'])})")  # fmt: skip
+    return NONE
+
+
+def for_arms(results: Path, host: str | None, arm_jsons: dict[str, str]) -> dict[str, Applied]:
+    """arm -> the calibration that applies to its workload (NONE when none does)."""
+    return {arm: applied(results, host, workload_of(text)) for arm, text in arm_jsons.items()}
+
+
+def noise_floor(calibration: Applied, metric: str, default: float) -> float:
+    value = calibration.noise.get(metric)
+    return float(value) if value is not None and np.isfinite(value) else default
