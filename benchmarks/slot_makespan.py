@@ -45,7 +45,7 @@ def main() -> None:
     ]  # fmt: skip
     spec = work / "makespan.yaml"
     data = {"name": "makespan", "passes": args.passes, "seed": 5, "timeout_s": 120, "busy_threshold_pct": 100,
-            "slots": {"cores": 28, "count": args.slots}, "arms": arms}  # fmt: skip
+            "slots": {"cores": 28, "count": args.slots}, "control": False, "arms": arms}  # fmt: skip
     spec.write_text(yaml.safe_dump(json.loads(json.dumps(data))))
     state = sweep(spec=str(spec), results=str(work / "results"), sysfs_root=str(root), return_state=True)
     summary = state.result(raise_on_failure=False)

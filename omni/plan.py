@@ -104,8 +104,11 @@ def plan_sweep(loaded: LoadedSpec, sweep_id: str, slots: list[Slot], passes: int
     sweep = loaded.sweep
     rng = random.Random(sweep.seed)
     items: list[PlanItem] = []
-    for pass_index in range(passes or sweep.passes):
-        arms = list(sweep.arms)
+    passes = passes or sweep.passes
+    # a defaulted control needs 3 passes: a --passes below that drops it too
+    dropped = sweep.control_arm if sweep.control is None and passes < 3 else None
+    for pass_index in range(passes):
+        arms = [a for a in sweep.arms if a.name != dropped]
         rng.shuffle(arms)
         for arm in arms:
             order = len(items)

@@ -27,16 +27,19 @@ def omni(*args: str, cwd: Path = REPO, timeout: float = 300) -> subprocess.Compl
 
 
 @pytest.mark.slow
-def test_smoke_sweep_writes_six_rows_and_prints_the_table(tmp_path):
+def test_smoke_sweep_writes_nine_rows_and_prints_the_table(tmp_path):
     results = tmp_path / "results"
     # --force: a busy shared CI host must not turn this into a refusal test;
     # --cores 0: the command line's slot reaches the flow and every row
     done = omni("sweep", "arms/smoke-synthetic.yaml", "--results", str(results), "--force", "--cores", "0")
     assert done.returncode == 0, done.stderr[-3000:]
     frame = pd.read_parquet(results / "runs")
-    assert len(frame) == 6
+    assert len(frame) == 9  # 2 arms and the live A/A control, 3 passes
     assert (frame["slots_override"] == "--cores 0").all() and all(list(c) == [0] for c in frame["cpus"])
-    assert sorted(frame["arm"].value_counts().items()) == [("large", 3), ("small", 3)]
+    assert sorted(frame["arm"].value_counts().items()) == [("large", 3), ("small", 3), ("small.control", 3)]
+    assert (frame["iterations"] == 5).all() and frame["itl_p99_ms"].notna().all()
+    iterations = pd.read_parquet(results / "iterations")
+    assert len(iterations) == 45 and set(iterations["run_id"]) == set(frame["run_id"])
     assert (frame["status"] == "ok").all()
     assert frame["prefect_flow_run_id"].notna().all()
     assert frame["decode_tok_s"].dtype == "float64" and frame["started_at"].dt.tz is not None
@@ -49,7 +52,7 @@ def test_dry_run_prints_commands_and_runs_nothing(tmp_path):
     results = tmp_path / "results"
     done = omni("sweep", "arms/smoke-synthetic.yaml", "--results", str(results), "--dry-run")
     assert done.returncode == 0, done.stderr
-    assert done.stdout.count("omni.engines.synthetic --arm") == 6
+    assert done.stdout.count("omni.engines.synthetic --arm") == 9  # with the control
     assert "--physcpubind=" in done.stdout and "--membind=" in done.stdout
     assert "OMNI_RUN_ID=" in done.stdout
     assert not results.exists()
@@ -124,7 +127,7 @@ def test_sigkill_mid_sweep_leaves_nothing_behind_and_resume_runs_exactly_the_mis
     arms = [{"name": f"a{i}", "engine": "synthetic", "params": {"procs": 2, "mem_mb": 32, "load_s": 1.5}}
             for i in range(3)]  # fmt: skip
     spec = tmp_path / "slow.yaml"
-    spec.write_text(yaml.safe_dump({"name": "slow", "passes": 3, "timeout_s": 60, "arms": arms}))
+    spec.write_text(yaml.safe_dump({"name": "slow", "passes": 3, "timeout_s": 60, "control": False, "arms": arms}))
     results = tmp_path / "results"
     env = {**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
     servers_before = set(engine_processes("", b"prefect.server"))

@@ -453,3 +453,16 @@ def test_yaml_scalars_read_as_meant(tmp_path):
     sweep = load_spec(write(tmp_path, text)).sweep
     assert sweep.name == "2024-01-01"
     assert sweep.arms[0].params["mem_mb"] == 1000.0
+
+
+def test_a_defaulted_control_leaves_with_passes_below_three(tmp_path):
+    from omni.plan import plan_sweep
+    from omni.topology import Slot
+
+    spec = {"name": "ctl", "arms": [{"name": n, "engine": "synthetic"} for n in "ab"]}
+    loaded = load_spec(write(tmp_path, json.dumps(spec), "ctl.json"))
+    slot = Slot(index=0, node=0, cpus=(0,), mems=(0,))
+    assert {i.arm.name for i in plan_sweep(loaded, "s", [slot])} == {"a", "b", "a.control"}
+    assert {i.arm.name for i in plan_sweep(loaded, "s", [slot], passes=1)} == {"a", "b"}
+    asked = load_spec(write(tmp_path, json.dumps({**spec, "control": True}), "ctl2.json"))
+    assert {i.arm.name for i in plan_sweep(asked, "s", [slot], passes=1)} == {"a", "b", "a.control"}

@@ -152,7 +152,7 @@ def test_deployment_runs_from_the_prefect_cli_land_their_rows(prefect_api, worke
                                        results=str(results), force="true")  # fmt: skip
     assert code == 0 and "Completed" in out, out[-3000:]
     frame = pd.read_parquet(results / "runs")
-    assert len(frame) == 6 and (frame["status"] == "ok").all()
+    assert len(frame) == 9 and (frame["status"] == "ok").all()  # 2 arms and the A/A control, 3 passes
     assert set(frame["prefect_flow_run_id"]) == {run_id}
     assert flow_run(prefect_api, run_id).state.type.value == "COMPLETED"
 
