@@ -57,7 +57,7 @@ def bench_latency(slot, python: str, model: str, out: Path) -> list[float]:
 def omni_latencies(results: Path, run_id: str) -> list[float]:
     """One engine start of omni's arm: its iterations' e2e latencies (s)."""
     frame = load_iterations(results)
-    return sorted(frame.loc[frame["run_id"] == run_id, "e2e_s"].tolist())
+    return frame.loc[frame["run_id"] == run_id].sort_values("iteration")["e2e_s"].tolist()
 
 
 def spread(values: list[float]) -> float:
