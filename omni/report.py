@@ -66,6 +66,7 @@ def summary_markdown(summary: SweepSummary) -> str:
         lines += ["", f"Live A/A control `{summary.control}` (a replica of `{summary.baseline}`, interleaved): "
                   + ", ".join(f"{n} {v}" for v, n in counts.items() if n)
                   + (f"; differs on {', '.join(summary.untrusted)}" if summary.untrusted else "; this host behaved")]
+    lines += ["", "Provenance:"] + provenance_lines(summary.provenance)
     used = {}
     for arm, source in summary.calibrations.items():
         used.setdefault(source, []).append(arm)
@@ -79,6 +80,17 @@ def summary_markdown(summary: SweepSummary) -> str:
     if summary.warnings or extra:
         lines += ["", "Warnings:"] + [f"- {w}" for w in (*summary.warnings, *extra)]
     return "\n".join(lines) + "\n"
+
+
+def provenance_lines(provenance: dict) -> list[str]:
+    """One line for the sweep-wide facts, one per arm; lists are values that differed."""
+    def show(facts: dict) -> str:
+        return ", ".join(f"{k} {', '.join(map(str, v)) if isinstance(v, list) else v}" for k, v in facts.items()
+                         if v is not None)  # fmt: skip
+
+    lines = [f"- sweep: {show(provenance.get('sweep', {}))}"]
+    lines += [f"- `{arm}`: {show(facts)}" for arm, facts in provenance.get("arms", {}).items()]
+    return lines
 
 
 def comparison_markdown(result: SweepComparison) -> str:
@@ -126,6 +138,7 @@ def as_json(summary: SweepSummary) -> dict:
         "floors": {m: {"floor": f, "source": s} for m, (f, s) in summary.floors.items()},
         "min_effects": {m: {"min_effect": e, "source": s} for m, (e, s) in summary.min_effects.items()},
         "control": summary.control, "untrusted": summary.untrusted, "calibrations": summary.calibrations,
+        "provenance": summary.provenance,
         "arms": {arm: {"runs": summary.runs[arm], "ok": summary.ok[arm],
                        "metrics": {m: asdict(summary.cells[(arm, m)]) for m in summary.metrics}}
                  for arm in summary.arms},

@@ -27,7 +27,7 @@ from omni.engines.protocol import PHASE_PREFIX
 from omni.iterations import run_metrics
 from omni.mempolicy import describe_nodes, node_list
 from omni.placement import REMOTE_WARN_LOCAL, explain_busy, measure_busy, numactl_path, pin_argv, verify_binding
-from omni.provenance import merge_engine_provenance
+from omni.provenance import collect_env, merge_engine_provenance
 from omni.reaper import RUN_ID_VAR, Watchdog, reap_run
 from omni.resources import ArmResources, env_name
 from omni.sampler import TreeSampler, summarize
@@ -94,6 +94,12 @@ def engine_argv(item: PlanItem, workdir: Path, python: str, simulate: bool = Fal
         "--arm", str(workdir / "arm.json"), "--out", str(workdir / "result.json"),
     ]  # fmt: skip
     return (argv, "none") if simulate else pin_argv(item.slot, argv, numactl_path())
+
+
+def engine_env_vars(env: dict[str, str]) -> dict[str, str]:
+    meta: dict = {}
+    collect_env(meta, environ=env)
+    return meta["env_vars"]
 
 
 def engine_env(item: PlanItem) -> dict[str, str]:
@@ -320,6 +326,7 @@ def fill_metrics(row: dict, proc: EngineProcess, result: dict) -> None:
         warn(row, "steps_missing", "the engine timed no decode step: no inter-token latency for this run")
     row.update(summarize(proc.sampler))
     row["patch_report"] = result.get("patch_report")
+    row["engine_config"] = result.get("config")
     merge_engine_provenance(row, result.get("provenance", {}))
 
 
@@ -369,7 +376,9 @@ def run_arm(ctx: RunContext, item: PlanItem) -> dict:
     (workdir / "arm.json").write_text(json.dumps(engine_arm_payload(item, res, workdir), sort_keys=True))
     argv, method = engine_argv(item, workdir, res.python, ctx.simulate_placement)
     row["command"] = json.dumps(argv)
-    with EngineProcess(argv, engine_env(item), item.run_id, workdir / "engine.log") as proc:
+    env = engine_env(item)
+    row["env_vars"] = engine_env_vars(env)  # what omni passed; the engine's own report replaces it
+    with EngineProcess(argv, env, item.run_id, workdir / "engine.log") as proc:
         finished = proc.wait(ctx.timeout_s)
     fill_outcome(row, proc, finished, ctx.timeout_s, workdir)
     if not ctx.simulate_placement:

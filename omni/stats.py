@@ -24,9 +24,9 @@ added to the variance when the two samples come from different sweeps
 compared data itself, hierarchically: the between-run variance of run
 values, floored per side by the variance of a run's median that the spread
 of its own iterations implies. At 3-5 passes it stays honest where
-a bootstrap does not: over A/A comparisons of log-normal data, 5.0 % false
-positives at 3 passes, where a percentile bootstrap of the ratio of medians
-gave 8 % (tests/test_stats.py simulates both).
+a bootstrap does not: over A/A comparisons of log-normal data, 3.6 % false
+positives at 3 passes (tests/test_stats.py simulates it), where a percentile
+bootstrap of the ratio of medians gave 8 % when the rule was chosen.
 """
 
 from __future__ import annotations

@@ -92,13 +92,13 @@ COLUMNS: tuple[Column, ...] = (
     *_group(
         "identity",
         ("schema_version", _I16, None, "version of this registry the row was written with"),
-        ("run_id", _STR, None, "unique id of the run: hash of canonical arm, pass and attempt"),
+        ("run_id", _STR, None, "unique id of the run: hash of the sweep id, canonical arm and pass"),
         ("sweep_id", _STR, None, "unique id of the sweep the run belongs to"),
         ("sweep_name", _STR, None, "human name of the sweep, from the spec"),
         ("arm", _STR, None, "name of the arm (configuration) this run executed"),
         ("pass_index", _I32, None, "which pass over all arms, from 0"),
         ("order_index", _I32, None, "position of the run in the sweep's interleaved schedule"),
-        ("attempt", _I32, None, "attempt number for this arm and pass, from 0"),
+        ("attempt", _I32, None, "attempt number for this arm and pass, from 1"),
         ("status", _STR, None, "outcome of the run", {"choices": STATUSES}),
         ("error", _STR, None, "why the run did not succeed, for people"),
         ("exit_code", _I32, None, "exit status of the engine process; negative = killed by signal"),
@@ -204,13 +204,17 @@ COLUMNS: tuple[Column, ...] = (
         ("numa_topology", _STR, None, 'node -> CPUs, JSON object {"0": [0, 1]}', _JSON),
         ("spec_path", _STR, None, "path of the sweep spec file"),
         ("spec_sha256", _STR, None, "sha256 of the sweep spec file's bytes"),
-        ("env_vars", _STR, None, "behaviour-changing environment variables, JSON", _JSON),
+        ("env_vars", _STR, None, "behaviour-changing environment variables of the engine process: what omni "
+         "passed and the engine set (v4; before, the orchestrator's), JSON", _JSON),
         ("started_at", _TIME, None, "when the run started"),
         ("finished_at", _TIME, None, "when the run finished"),
         ("prefect_flow_run_id", _STR, None, "Prefect flow run, None outside Prefect"),
         ("engine_provenance", _STR, None, "other engine-reported facts, JSON object", _JSON),
         ("engine_env_key", _STR, None, "hash of the engine env's declaration in omni/envs.py (v2)"),
-        ("engine_env_freeze_sha256", _STR, None, "sha256 of the engine env's exact pip freeze (v2)"),
+        ("engine_env_freeze_sha256", _STR, None, "sha256 of the engine env's pip freeze less omni's own editable "
+         "install (v2; v4: before, omni's line was in it, so it moved with every omni commit)"),
+        ("engine_config", _STR, None, "the engine's effective configuration as it reported it (OMP bind, KV "
+         "blocks, max_model_len, n_ctx...), JSON object (v4)", _JSON),
     ),
     *_group(
         "validity",
@@ -515,9 +519,12 @@ def _v2_to_v3(table: pa.Table) -> pa.Table:
 
 
 def _v3_to_v4(table: pa.Table) -> pa.Table:
-    """v4 added iterations, tpot_ms, the itl_p*_ms percentiles and the
-    within-run spreads (*_iter_sd_log). A v3 run timed one iteration, so its
-    metrics are that one sample; ``iterations`` stays null (not recorded)."""
+    """v4 added iterations, tpot_ms, the itl_p*_ms percentiles, the within-run
+    spreads (*_iter_sd_log) and engine_config. A v3 run timed one iteration,
+    so its metrics are that one sample; ``iterations`` stays null (not
+    recorded). Two columns changed what they hold, not their type: env_vars
+    was the orchestrator's environment and engine_env_freeze_sha256 hashed
+    omni's own editable install too; v3 values are kept as they were."""
     return table
 
 

@@ -227,6 +227,7 @@ class SweepSummary:
     warnings: tuple[str, ...] = field(default_factory=tuple)
     values: dict[tuple[str, str], list[float]] = field(default_factory=dict)
     calibrations: dict[str, str] = field(default_factory=dict)  # arm -> the calibration of its workload, or "none"
+    provenance: dict = field(default_factory=dict)  # sweep-wide and per-arm facts (:func:`sweep_provenance`)
     control: str | None = None  # the A/A control arm, a replica of the baseline
     untrusted: dict[str, str] = field(default_factory=dict)  # metric -> why its verdicts are not to be trusted
 
@@ -310,13 +311,47 @@ def summarize_sweep(results: Path, sweep_id: str, include_retracted: bool = Fals
     control = control_of(results, sweep_id, arms)
     untrusted = control_failures(judged, control, baseline, metrics) if control and baseline != control else {}
     warnings += [f"untrustworthy {metric}: {why}" for metric, why in untrusted.items()]
+    provenance = sweep_provenance(frame, arms)
+    warnings += [f"mixed provenance: {key} differs between the sweep's runs ({', '.join(map(str, values))})"
+                 for key, values in provenance["sweep"].items() if isinstance(values, list) and key in MUST_AGREE]
     return SweepSummary(
         sweep_id=sweep_id, sweep_name=str(frame["sweep_name"].iloc[0]), baseline=baseline, arms=tuple(arms),
         metrics=tuple(metrics), floors=floors, min_effects=effects, cells=cells, judged=judged,
         runs={a: int((frame["arm"] == a).sum()) for a in arms}, ok={a: int((ok["arm"] == a).sum()) for a in arms},
         excluded=excluded, warnings=tuple(warnings), values=values, control=control, untrusted=untrusted,
-        calibrations={arm: c.source for arm, c in calibrations.items()},
+        calibrations={arm: c.source for arm, c in calibrations.items()}, provenance=provenance,
     )  # fmt: skip
+
+
+SWEEP_PROVENANCE = ("harness_version", "harness_git_sha", "harness_git_dirty", "host", "kernel", "cpu_model",
+                    "cpu_flags", "numa_nodes", "python_version", "spec_path", "spec_sha256")  # fmt: skip
+ARM_PROVENANCE = ("engine", "engine_version", "engine_commit", "torch_version", "engine_python_version",
+                  "engine_env", "engine_env_freeze_sha256", "model", "model_digest")  # fmt: skip
+# a sweep whose runs disagree on these did not measure one thing
+MUST_AGREE = ("harness_git_sha", "host", "cpu_model", "kernel")
+
+
+def _distinct(values) -> object:
+    seen = []
+    for value in values:
+        value = list(value) if isinstance(value, (list, tuple, np.ndarray)) else value
+        if value is None or (isinstance(value, float) and math.isnan(value)) or value in seen:
+            continue
+        seen.append(value)
+    return None if not seen else seen[0] if len(seen) == 1 else seen
+
+
+def sweep_provenance(frame: pd.DataFrame, arms: list[str]) -> dict:
+    """What the sweep's runs ran on and with: one value per fact, or the list
+    of the different values seen (a sweep that straddled a commit says so)."""
+    sweep = {key: _distinct(frame[key]) for key in SWEEP_PROVENANCE if key in frame}
+    per_arm = {}
+    for arm in arms:
+        rows = frame[frame["arm"] == arm]
+        per_arm[arm] = {key: _distinct(rows[key]) for key in ARM_PROVENANCE if key in rows}
+        dists = [json.loads(p).get("engine_dist") for p in rows.get("engine_provenance", pd.Series([], dtype=object)).dropna()]
+        per_arm[arm]["engine_dist"] = _distinct(dists)
+    return {"sweep": sweep, "arms": per_arm}
 
 
 def control_of(results: Path, sweep_id: str, arms: list[str]) -> str | None:

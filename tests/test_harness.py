@@ -173,3 +173,20 @@ def test_migrate_pages_escape_needs_a_second_node(tmp_path):
         assert row["status"] == "invalid" and "outside membind" in row["error"]
     else:  # one node: nowhere to move pages to, and the engine says so
         assert row["status"] == "failed" and "needs a NUMA node outside the slot" in row["error"]
+
+
+def test_the_row_keeps_the_engines_environment_configuration_and_iterations(tmp_path, monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    arm = {**synthetic("env", iterations=3), "env": {"OMP_NUM_THREADS": "3"}}
+    row = run_all(tmp_path, [arm])["env"]
+    assert row["status"] == "ok"
+    # the engine process's variables (the arm's), not the orchestrator's, which lacks it
+    assert row["env_vars"]["OMP_NUM_THREADS"] == "3"
+    assert row["engine_config"]["procs"] == 1
+    stored = load_runs(tmp_path / "results").iloc[0]
+    assert '"OMP_NUM_THREADS": "3"' in stored["env_vars"] and stored["iterations"] == 3
+    from omni.store import load_iterations
+
+    its = load_iterations(tmp_path / "results")
+    assert list(its["iteration"]) == [0, 1, 2] and (its["steps"] == 7).all()
+    assert stored["tpot_ms"] == pytest.approx(its["tpot_ms"].median())

