@@ -122,6 +122,7 @@ def sweep(
     node: int | None = None,
     straddle: bool = False,
     fail_on_regression: bool = False,
+    busy_wait: float | None = None,
 ):
     """Load the spec, plan it, run every (arm, pass) on the free slots, tabulate.
 
@@ -131,11 +132,13 @@ def sweep(
     ``node`` override the spec's slots, as ``omni sweep --cores/--node`` do.
     ``fail_on_regression`` (the nightly deployment sets it) ends the flow run
     Failed when this sweep regressed against the earlier sweeps of its spec.
+    ``busy_wait`` (seconds) replaces the spec's ``busy_wait_s``: how long a run
+    waits for busy slot CPUs before it is refused.
     """
     override = SlotOverride(tuple(cores or ()), node, straddle)
     prepared = prepare_sweep(
         spec, passes=passes, results=results, force=force, sweep_id=sweep_id, resume=resume, sysfs_root=sysfs_root,
-        slots_override=override or None,
+        slots_override=override or None, busy_wait=busy_wait,
     )  # fmt: skip
     log = get_run_logger()
     write_manifest(prepared)

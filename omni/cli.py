@@ -111,6 +111,9 @@ def sweep(
     ),
     node: Optional[int] = typer.Option(None, "--node", min=0, help="put the spec's slots on this NUMA node"),
     straddle: bool = typer.Option(False, "--straddle", help="allow a --cores list across nodes (memory bound to all)"),
+    busy_wait: Optional[float] = typer.Option(
+        None, "--busy-wait", min=0, help="seconds a run waits for busy slot cores before it is refused (spec: busy_wait_s)"
+    ),
 ) -> None:
     """Run a sweep locally (Prefect ephemeral mode, no server needed)."""
     from omni.plan import SlotOverride
@@ -121,7 +124,7 @@ def sweep(
         raise OmniError("--straddle applies to --cores or --node: give one of them, or set slots.straddle in the spec")
     prepared = prepare_sweep(
         spec, passes=passes, results=results, force=force, resume=resume, sysfs_root=sysfs_root, build=not dry_run,
-        slots_override=override or None,
+        slots_override=override or None, busy_wait=busy_wait,
     )  # fmt: skip
     if dry_run:
         print_plan(prepared, results)
@@ -135,7 +138,7 @@ def sweep(
     from flows.sweep import sweep as sweep_flow
 
     with session_guard():
-        run_sweep_flow(sweep_flow, prepared, spec, resume, passes, results, force, sysfs_root, override)
+        run_sweep_flow(sweep_flow, prepared, spec, resume, passes, results, force, sysfs_root, override, busy_wait)
 
 
 def session_guard():
@@ -152,7 +155,9 @@ def session_guard():
     return Watchdog(os.environ[SESSION_VAR], var=SESSION_VAR)
 
 
-def run_sweep_flow(sweep_flow, prepared, spec, resume, passes, results: Path, force: bool, sysfs_root: Path, override) -> None:
+def run_sweep_flow(
+    sweep_flow, prepared, spec, resume, passes, results: Path, force: bool, sysfs_root: Path, override, busy_wait=None
+) -> None:
     done = threading.Event()
     watcher = threading.Thread(
         target=watch_progress, args=(results, prepared.sweep_id, prepared.planned, done), daemon=True
@@ -162,7 +167,7 @@ def run_sweep_flow(sweep_flow, prepared, spec, resume, passes, results: Path, fo
         summary = call_flow(
             sweep_flow, spec=str(spec) if spec else None, passes=passes, results=str(results), force=force,
             sweep_id=prepared.sweep_id, resume=resume, sysfs_root=str(sysfs_root),
-            cores=list(override.cores) or None, node=override.node, straddle=override.straddle,
+            cores=list(override.cores) or None, node=override.node, straddle=override.straddle, busy_wait=busy_wait,
         )  # fmt: skip
     finally:
         done.set()

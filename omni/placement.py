@@ -141,7 +141,8 @@ def measure_busy(cpus: list[int], window_s: float = 0.5) -> BusyReport:
 
     The orchestrator (and, in ephemeral mode, its Prefect server) share the
     machine with the slot; their own CPU time must not make omni refuse to
-    run. System per-CPU busy time comes from ``/proc/stat`` (psutil); our own
+    run. System per-CPU busy time comes from ``/proc/stat``, read by
+    :func:`cpu_load` (not psutil's global snapshot); our own
     processes' time is attributed to the CPU each last ran on and subtracted.
     """
     own = _own_tree()

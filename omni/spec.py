@@ -505,6 +505,9 @@ class Sweep(_SpecModel):
     seed: int = 0
     timeout_s: float = Field(600.0, gt=0)
     busy_threshold_pct: float = Field(50.0, gt=0, le=100)  # a busier slot CPU refuses the run
+    # seconds a run waits for its slot's CPUs to fall below the threshold,
+    # re-checking, before it is refused; 0 refuses at once
+    busy_wait_s: float = Field(0.0, ge=0, le=86400)
     baseline: str | None = None  # default: the first arm
     # the smallest relative effect that matters: one number for every metric,
     # or {default: 0.05, decode_tok_s: 0.02, ...}; unset: 5 % times, 1 % memory

@@ -152,6 +152,7 @@ COLUMNS: tuple[Column, ...] = (
         ("numa_maps_reads", _I32, None, "reads of the whole tree's numa_maps during the run (v3)"),
         ("numa_maps_cpu_ms", _F64, "ms", "CPU the sampler spent reading numa_maps, all reads (v3)"),
         ("busy_max_pct", _F64, "%", "busiest slot CPU's load just before the run"),
+        ("busy_waited_s", _F64, "s", "time the run waited for its slot's CPUs to fall below the busy threshold (v4)"),
         ("command", _STR, None, "engine command line, JSON argv list", _JSON),
     ),
     *_group(

@@ -129,6 +129,7 @@ def prepare_sweep(
     sysfs_root: str | Path = "/",
     build: bool = True,
     slots_override: SlotOverride | None = None,
+    busy_wait: float | None = None,
 ) -> PreparedSweep:
     """Load and validate everything a sweep needs before anything runs.
 
@@ -137,7 +138,8 @@ def prepare_sweep(
     engine envs and models (minutes, once); a dry run passes False and shows
     where they would be. A ``sysfs_root`` other than ``/`` plans placement on
     that (fixture) host's topology and does not apply it. ``slots_override``
-    (``--cores``/``--node``) replaces the spec's slot request.
+    (``--cores``/``--node``) replaces the spec's slot request. ``busy_wait``
+    (``--busy-wait``, seconds) replaces the spec's ``busy_wait_s``.
     """
     results = Path(results).resolve()
     if resume:
@@ -168,6 +170,7 @@ def prepare_sweep(
         results_dir=results,
         timeout_s=loaded.sweep.timeout_s,
         busy_threshold_pct=loaded.sweep.busy_threshold_pct,
+        busy_wait_s=loaded.sweep.busy_wait_s if busy_wait is None else busy_wait,
         force=force,
         provenance=provenance,
         repo_root=REPO_ROOT,

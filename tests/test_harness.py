@@ -190,3 +190,23 @@ def test_the_row_keeps_the_engines_environment_configuration_and_iterations(tmp_
     its = load_iterations(tmp_path / "results")
     assert list(its["iteration"]) == [0, 1, 2] and (its["steps"] == 7).all()
     assert stored["tpot_ms"] == pytest.approx(its["tpot_ms"].median())
+
+
+def test_busy_wait_runs_once_the_neighbour_stops_and_refuses_after_the_wait(tmp_path, hog):
+    import os
+    import signal
+    import threading
+
+    pid = hog(0)
+    time.sleep(0.5)
+    # the neighbour stops after about 4 s: a run that may wait 60 s runs, and says how long it waited
+    threading.Timer(4.0, os.kill, (pid, signal.SIGKILL)).start()
+    waited = run_all(tmp_path / "a", [synthetic("x")], busy_threshold_pct=50, busy_wait_s=60, slots={"cpus": "0"})["x"]
+    assert waited["status"] == "ok", waited.get("error")
+    assert 3.0 <= waited["busy_waited_s"] < 60 and waited["busy_max_pct"] <= 50
+    # one that never stops: refused once the wait is spent, naming it
+    hog(0)
+    time.sleep(0.5)
+    refused = run_all(tmp_path / "b", [synthetic("x")], busy_threshold_pct=50, busy_wait_s=3, slots={"cpus": "0"})["x"]
+    assert refused["status"] == "refused" and "busy_wait_s=3" in refused["error"]
+    assert refused["busy_waited_s"] >= 3
