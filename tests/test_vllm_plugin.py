@@ -16,7 +16,8 @@ from tests.test_engines import TINY, VLLM_PY, write_spec
 
 GiB, MiB = 1 << 30, 1 << 20
 VLLM_ARM = {"engine": "vllm", "model": "tiny-llama", "compile_mode": "eager", "context_len": 192,
-            "prompt_len": 64, "max_tokens": 8, "batch_size": 2, "kv_cache_bytes": 256 * MiB}  # fmt: skip
+            "prompt_len": 64, "max_tokens": 8, "batch_size": 2, "kv_cache_bytes": 256 * MiB,
+            "patches": "none"}  # stock unless a test asks for a patch  # fmt: skip
 
 
 def test_registry_matches_the_names_the_spec_accepts():
