@@ -23,7 +23,7 @@ from omni.report import summary_markdown, write_outputs
 from omni.runner import PlanItem, RunContext
 from omni.schedule import dispatch
 from omni.summary import Change, nightly_changes, summarize_sweep, sweep_history
-from omni.sweep import format_table, prepare_sweep, run_and_store, sweep_table, write_manifest
+from omni.sweep import format_table, prepare_sweep, run_and_store, sweep_table, take_over, write_manifest
 
 OUTCOME_KEYS = ("run_id", "arm", "pass_index", "slot_index", "status", "error")
 
@@ -136,7 +136,7 @@ def sweep(
     waits for busy slot CPUs before it is refused.
     """
     override = SlotOverride(tuple(cores or ()), node, straddle)
-    prepared = prepare_sweep(
+    prepared = take_over(sweep_id, force=force, results=results, busy_wait=busy_wait) or prepare_sweep(
         spec, passes=passes, results=results, force=force, sweep_id=sweep_id, resume=resume, sysfs_root=sysfs_root,
         slots_override=override or None, busy_wait=busy_wait,
     )  # fmt: skip

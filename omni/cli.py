@@ -117,7 +117,7 @@ def sweep(
 ) -> None:
     """Run a sweep locally (Prefect ephemeral mode, no server needed)."""
     from omni.plan import SlotOverride
-    from omni.sweep import prepare_sweep
+    from omni.sweep import hand_over, prepare_sweep
 
     override = SlotOverride(tuple(cores or ()), node, straddle)
     if straddle and not override:
@@ -137,6 +137,7 @@ def sweep(
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     from flows.sweep import sweep as sweep_flow
 
+    hand_over(prepared)  # the flow, in this process, runs it as prepared
     with session_guard():
         run_sweep_flow(sweep_flow, prepared, spec, resume, passes, results, force, sysfs_root, override, busy_wait)
 
@@ -371,9 +372,10 @@ def provenance(
 
 def run_local_sweep(spec: Path, passes, results: Path, force: bool) -> str:
     """Run a spec through the flow as `omni sweep` does; its sweep id."""
-    from omni.sweep import prepare_sweep
+    from omni.sweep import hand_over, prepare_sweep
 
     prepared = prepare_sweep(spec, passes=passes, results=results, force=force)
+    hand_over(prepared)
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     from flows.sweep import sweep as sweep_flow
 

@@ -181,6 +181,30 @@ def prepare_sweep(
     return PreparedSweep(loaded, sweep_id, context, items, slots, passes, planned)
 
 
+# Sweeps prepared in this process, waiting for the flow that runs them: the
+# CLI prepares (so a bad spec is one line, before Prefect starts) and hands
+# over; the flow, run in this process by `omni sweep`, takes it instead of
+# preparing again. A deployment's flow runs in a worker and prepares itself.
+_HANDED_OVER: dict[str, PreparedSweep] = {}
+
+
+def hand_over(prepared: PreparedSweep) -> None:
+    _HANDED_OVER[prepared.sweep_id] = prepared
+
+
+def take_over(sweep_id: str | None, **asked) -> PreparedSweep | None:
+    """The sweep handed over under ``sweep_id`` when it was prepared with what
+    the flow is asked now (force, passes, busy wait, results); else None."""
+    prepared = _HANDED_OVER.pop(sweep_id, None) if sweep_id else None
+    if prepared is None:
+        return None
+    have = {"force": prepared.context.force, "results": prepared.context.results_dir,
+            "busy_wait": prepared.context.busy_wait_s}  # fmt: skip
+    want = {"force": asked["force"], "results": Path(asked["results"]).resolve(),
+            "busy_wait": prepared.context.busy_wait_s if asked["busy_wait"] is None else asked["busy_wait"]}  # fmt: skip
+    return prepared if have == want else None
+
+
 def run_and_store(context: RunContext, item: PlanItem, extra: dict | None = None) -> dict:
     """Run one item on its slot, held exclusively on this host, and write its
     row the moment it ends (STYLE.md 5)."""

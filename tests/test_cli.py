@@ -171,3 +171,40 @@ def test_sigkill_mid_sweep_leaves_nothing_behind_and_resume_runs_exactly_the_mis
     assert again.returncode == 0 and "nothing to resume" in again.stdout
     changed = omni("sweep", str(spec), "--resume", sweep_dir.name, "--results", str(results))
     assert changed.returncode == 2 and "has changed since sweep" in changed.stderr
+
+
+PREPARE_COUNTER = """\
+import sys
+import omni.sweep
+import flows.sweep
+from omni import cli
+
+calls = []
+real = omni.sweep.prepare_sweep
+
+def counted(*args, **kwargs):
+    calls.append(kwargs.get("sweep_id"))
+    return real(*args, **kwargs)
+
+omni.sweep.prepare_sweep = flows.sweep.prepare_sweep = counted
+sys.argv = ["omni", *sys.argv[1:]]
+try:
+    cli.main()
+except SystemExit as exit:
+    print("EXIT", exit.code)
+print("PREPARED", len(calls))
+"""
+
+
+@pytest.mark.slow
+def test_omni_sweep_prepares_once(tmp_path):
+    """The CLI prepares (a bad spec is one line before Prefect starts) and the
+    flow, in the same process, runs what it was handed: one preparation."""
+    results = tmp_path / "results"
+    spec = tmp_path / "one.yaml"
+    spec.write_text(yaml.safe_dump({"name": "one", "passes": 1, "arms": [{"name": "a", "engine": "synthetic"}]}))
+    env = {**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    done = subprocess.run([sys.executable, "-c", PREPARE_COUNTER, "sweep", str(spec), "--results", str(results), "--force"],
+                          capture_output=True, text=True, cwd=REPO, env=env, timeout=300)  # fmt: skip
+    assert "PREPARED 1" in done.stdout, done.stdout[-2000:] + done.stderr[-3000:]
+    assert len(load_runs(results)) == 1
