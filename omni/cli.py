@@ -22,6 +22,42 @@ err = Console(stderr=True)
 
 EXIT_RUNS_FAILED = 1
 EXIT_USER_ERROR = 2
+EXIT_INFRASTRUCTURE = 3  # the machinery failed (Prefect API, disk), not the runs or the input
+DEBUG = {"traceback": False}
+
+
+@app.callback()
+def _global_options(
+    debug: bool = typer.Option(False, "--debug", help="show the traceback of an infrastructure failure"),
+) -> None:
+    DEBUG["traceback"] = debug
+
+
+def _chain(error: BaseException):
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        yield error
+        error = error.__cause__ or error.__context__
+
+
+def infrastructure_problem(error: BaseException) -> str | None:
+    """One line saying what failed and what to do, for failures of the
+    machinery around the runs; None for anything else (a bug: traceback)."""
+    import errno
+
+    for link in _chain(error):
+        if isinstance(link, OSError) and link.errno in (errno.ENOSPC, errno.EDQUOT):
+            where = link.filename or "the results directory"
+            return (f"disk full writing {where}: free space there, then `omni sweep --resume SWEEP_ID` runs "
+                    "what is not stored (stored rows are kept)")  # fmt: skip
+        text = f"{type(link).__module__}.{type(link).__name__}: {link}"
+        if "httpx" in text or "ephemeral Prefect API" in text or "PrefectHTTPStatusError" in text:
+            api = os.environ.get("PREFECT_API_URL") or "Prefect's ephemeral server"
+            return (f"cannot reach the Prefect API ({api}): {str(link).splitlines()[0][:200]}. Start the server "
+                    "(omni stack up) or unset PREFECT_API_URL to run without one; on a slow machine raise "
+                    "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS")  # fmt: skip
+    return None
 
 
 @app.command()
@@ -488,7 +524,11 @@ def main() -> None:
         if isinstance(error, click.ClickException):
             error.show()
             sys.exit(EXIT_USER_ERROR)
-        raise
+        problem = infrastructure_problem(error)
+        if problem is None or DEBUG["traceback"]:
+            raise
+        err.print(f"error: {problem} (--debug shows the traceback)", markup=False, highlight=False, soft_wrap=True)
+        sys.exit(EXIT_INFRASTRUCTURE)
 
 
 if __name__ == "__main__":

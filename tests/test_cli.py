@@ -208,3 +208,31 @@ def test_omni_sweep_prepares_once(tmp_path):
                           capture_output=True, text=True, cwd=REPO, env=env, timeout=300)  # fmt: skip
     assert "PREPARED 1" in done.stdout, done.stdout[-2000:] + done.stderr[-3000:]
     assert len(load_runs(results)) == 1
+
+
+def test_an_unreachable_prefect_api_is_one_line_and_exit_3(tmp_path):
+    env = {**os.environ, "PREFECT_API_URL": "http://127.0.0.1:9/api"}  # nothing listens on port 9
+    argv = [*OMNI, "sweep", "arms/smoke-synthetic.yaml", "--results", str(tmp_path / "r"), "--force"]
+    done = subprocess.run(argv, capture_output=True, text=True, cwd=REPO, env=env, timeout=240)
+    assert done.returncode == 3, done.stderr[-2000:]
+    assert "error: cannot reach the Prefect API (http://127.0.0.1:9/api)" in done.stderr
+    assert "omni stack up" in done.stderr and "Traceback" not in done.stderr + done.stdout
+    debug = subprocess.run([*OMNI, "--debug", *argv[len(OMNI):]], capture_output=True, text=True, cwd=REPO, env=env,
+                           timeout=240)  # fmt: skip
+    assert debug.returncode != 0 and "Traceback" in debug.stderr
+
+
+def test_a_full_disk_is_named_with_its_path():
+    import errno
+
+    from omni.cli import infrastructure_problem
+
+    try:
+        try:
+            raise OSError(errno.ENOSPC, "No space left on device", "/mnt/results/runs/x.parquet")
+        except OSError as inner:
+            raise RuntimeError("task failed") from inner
+    except RuntimeError as outer:
+        problem = infrastructure_problem(outer)
+    assert problem.startswith("disk full writing /mnt/results/runs/x.parquet") and "--resume" in problem
+    assert infrastructure_problem(ValueError("a bug")) is None
