@@ -150,7 +150,8 @@ def sweep(
     outcomes = [_outcome(future, item) for item, future in submitted]
     failed = [o for o in outcomes if o["status"] != "ok"]
     table = format_table(sweep_table(results, prepared.sweep_id))
-    log.info("sweep %s\n%s", prepared.sweep_id, table)
+    # the per-arm table is in the artifacts and results/summaries; omni sweep prints it once
+    log.info("sweep %s: %d run(s), %d not ok", prepared.sweep_id, len(outcomes), len(failed))
     publish_artifacts(prepared.sweep_id, results, outcomes, failed)
     regressions = newest_regressions(results, prepared.loaded.sweep.name, prepared.sweep_id) if fail_on_regression else []
     summary = {"sweep_id": prepared.sweep_id, "runs": outcomes, "failed": failed, "table": table,

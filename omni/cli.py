@@ -10,7 +10,6 @@ from typing import Optional
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from omni.errors import OmniError
@@ -120,15 +119,44 @@ def print_arm_table(sweep_id: str, results: Path) -> None:
     out.print(table)
 
 
-def watch_progress(results: Path, sweep_id: str, total: int, done: threading.Event) -> None:
-    """Progress from the rows on disk: each row lands the moment its run ends."""
-    from omni.store import stored_run_ids
+def watch_progress(planned: int, slots: int, done: threading.Event) -> None:
+    """Per slot, the current run's arm, pass, phase and time; runs done of
+    planned and an ETA, redrawn twice a second (omni.progress)."""
+    from rich.live import Live
+    from rich.text import Text
 
-    columns = (TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=err, transient=True) as progress:
-        bar = progress.add_task("runs", total=total)
+    from omni.progress import BOARD, describe
+
+    with Live(console=err, transient=True, refresh_per_second=4) as live:
         while not done.wait(0.5):
-            progress.update(bar, completed=len(stored_run_ids(results, sweep_id)))
+            live.update(Text("\n".join(describe(*BOARD.snapshot(), planned, slots))))
+
+
+def with_progress(prepared, show: bool, call) -> dict:
+    """``call()`` (the flow) with the live progress of its runs drawn meanwhile."""
+    from omni.progress import BOARD
+
+    BOARD.reset()
+    done = threading.Event()
+    watcher = threading.Thread(target=watch_progress, args=(len(prepared.items), len(prepared.slots), done), daemon=True)
+    if show:
+        watcher.start()
+    try:
+        return call()
+    finally:
+        done.set()
+        if show:
+            watcher.join()
+
+
+def print_verdicts(sweep_id: str, results: Path) -> None:
+    """Each arm against the baseline on the headline metrics, and the control."""
+    from omni.report import verdicts_markdown
+    from omni.summary import summarize_sweep
+
+    summary = summarize_sweep(results, sweep_id)
+    if summary.judged:
+        out.print(verdicts_markdown(summary), markup=False, highlight=False, soft_wrap=True)
 
 
 @app.command()
@@ -150,8 +178,11 @@ def sweep(
     busy_wait: Optional[float] = typer.Option(
         None, "--busy-wait", min=0, help="seconds a run waits for busy slot cores before it is refused (spec: busy_wait_s)"
     ),
+    quiet: bool = typer.Option(False, "--quiet", help="no live progress and no tables: the rows' path and failures"),
+    as_json: bool = typer.Option(False, "--json", help="print one JSON object (sweep, runs, statuses) and nothing else"),
 ) -> None:
-    """Run a sweep locally (Prefect ephemeral mode, no server needed)."""
+    """Run a sweep locally (Prefect ephemeral mode, no server needed): live
+    progress per slot, then the per-arm table and the verdicts against the baseline."""
     from omni.plan import SlotOverride
     from omni.sweep import hand_over, prepare_sweep
 
@@ -175,7 +206,8 @@ def sweep(
 
     hand_over(prepared)  # the flow, in this process, runs it as prepared
     with session_guard():
-        run_sweep_flow(sweep_flow, prepared, spec, resume, passes, results, force, sysfs_root, override, busy_wait)
+        run_sweep_flow(sweep_flow, prepared, spec, resume, passes, results, force, sysfs_root, override, busy_wait,
+                       mode="json" if as_json else "quiet" if quiet else "live")  # fmt: skip
 
 
 def session_guard():
@@ -193,26 +225,31 @@ def session_guard():
 
 
 def run_sweep_flow(
-    sweep_flow, prepared, spec, resume, passes, results: Path, force: bool, sysfs_root: Path, override, busy_wait=None
+    sweep_flow, prepared, spec, resume, passes, results: Path, force: bool, sysfs_root: Path, override, busy_wait=None,
+    mode: str = "live",
 ) -> None:
-    done = threading.Event()
-    watcher = threading.Thread(
-        target=watch_progress, args=(results, prepared.sweep_id, prepared.planned, done), daemon=True
-    )
-    watcher.start()
-    try:
-        summary = call_flow(
-            sweep_flow, spec=str(spec) if spec else None, passes=passes, results=str(results), force=force,
-            sweep_id=prepared.sweep_id, resume=resume, sysfs_root=str(sysfs_root),
-            cores=list(override.cores) or None, node=override.node, straddle=override.straddle, busy_wait=busy_wait,
-        )  # fmt: skip
-    finally:
-        done.set()
-        watcher.join()
-    print_arm_table(summary["sweep_id"], results)
-    out.print(f"rows in {Path(results) / 'runs' / ('sweep=' + summary['sweep_id'])}")
-    for failed in summary["failed"]:
-        err.print(f"run {failed['run_id']} ({failed['arm']}) {failed['status']}: {failed['error']}", markup=False)
+    """The flow on the prepared sweep, then what ``mode`` shows: live (progress,
+    the per-arm table once, the verdicts), quiet (the rows' path and
+    failures) or json (one object on stdout)."""
+    summary = with_progress(prepared, mode == "live", lambda: call_flow(
+        sweep_flow, spec=str(spec) if spec else None, passes=passes, results=str(results), force=force,
+        sweep_id=prepared.sweep_id, resume=resume, sysfs_root=str(sysfs_root),
+        cores=list(override.cores) or None, node=override.node, straddle=override.straddle, busy_wait=busy_wait,
+    ))  # fmt: skip
+    rows = Path(results) / "runs" / f"sweep={summary['sweep_id']}"
+    if mode == "json":
+        import json
+
+        runs = [{k: o.get(k) for k in ("run_id", "arm", "pass_index", "slot_index", "status", "error")} for o in summary["runs"]]
+        print(json.dumps({"sweep_id": summary["sweep_id"], "rows": str(rows), "runs": runs,
+                          "failed": len(summary["failed"])}))  # fmt: skip
+    else:
+        if mode == "live":
+            print_arm_table(summary["sweep_id"], results)
+            print_verdicts(summary["sweep_id"], results)
+        out.print(f"rows in {rows}")
+        for failed in summary["failed"]:
+            err.print(f"run {failed['run_id']} ({failed['arm']}) {failed['status']}: {failed['error']}", markup=False)
     if summary["failed"]:
         raise typer.Exit(EXIT_RUNS_FAILED)
 
@@ -416,8 +453,11 @@ def run_local_sweep(spec: Path, passes, results: Path, force: bool) -> str:
     from flows.sweep import sweep as sweep_flow
 
     with session_guard():
-        summary = call_flow(sweep_flow, spec=str(spec), passes=passes, results=str(results), force=force,
-                            sweep_id=prepared.sweep_id)  # fmt: skip
+        summary = with_progress(prepared, True, lambda: call_flow(
+            sweep_flow, spec=str(spec), passes=passes, results=str(results), force=force, sweep_id=prepared.sweep_id))
+    if summary["failed"]:
+        err.print(f"{len(summary['failed'])} run(s) of sweep {summary['sweep_id']} did not end ok; the calibration "
+                  "uses the ok ones", markup=False)  # fmt: skip
     return summary["sweep_id"]
 
 

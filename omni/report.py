@@ -82,6 +82,26 @@ def summary_markdown(summary: SweepSummary) -> str:
     return "\n".join(lines) + "\n"
 
 
+HEADLINE_METRICS = ("ttft_ms", "prefill_tok_s", "decode_tok_s", "tpot_ms", "itl_p99_ms", "rss_anon_steady_mb")
+
+
+def verdicts_markdown(summary: SweepSummary, metrics: tuple[str, ...] = HEADLINE_METRICS) -> str:
+    """What to read first after a sweep: each arm against the baseline on the
+    headline metrics (every metric: omni summary), and the live control."""
+    shown = [m for m in metrics if m in summary.metrics] or list(summary.metrics)
+    lines = [f"against the baseline `{summary.baseline}` (every metric: omni summary {summary.sweep_id}):", "",
+             "| arm | " + " | ".join(shown) + " |", "|---|" + "---|" * len(shown)]  # fmt: skip
+    for arm in summary.arms:
+        if arm == summary.baseline:
+            continue
+        cells = [_verdict_text(summary.judged[(arm, m)]) + (" (untrustworthy)" if m in summary.untrusted else "")
+                 for m in shown]  # fmt: skip
+        lines.append(f"| {arm} | " + " | ".join(cells) + " |")
+    if summary.untrusted:
+        lines += ["", *[f"untrustworthy {m}: {why}" for m, why in summary.untrusted.items()]]
+    return "\n".join(lines) + "\n"
+
+
 def provenance_lines(provenance: dict) -> list[str]:
     """One line for the sweep-wide facts, one per arm; lists are values that differed."""
     def show(facts: dict) -> str:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 from omni.engines.protocol import PHASE_PREFIX
 from omni.iterations import run_metrics
 from omni.mempolicy import describe_nodes, node_list
+from omni.progress import BOARD
 from omni.placement import REMOTE_WARN_LOCAL, explain_busy, measure_busy, numactl_path, pin_argv, verify_binding
 from omni.provenance import collect_env, merge_engine_provenance
 from omni.reaper import RUN_ID_VAR, Watchdog, reap_run
@@ -115,9 +116,9 @@ def engine_env(item: PlanItem) -> dict[str, str]:
 class LogReader(threading.Thread):
     """Copies the engine's output to its log file, keeps the tail, relays phases."""
 
-    def __init__(self, stream, log_path: Path, sampler: TreeSampler) -> None:
+    def __init__(self, stream, log_path: Path, sampler: TreeSampler, run_id: str = "") -> None:
         super().__init__(name="engine-log", daemon=True)
-        self.stream, self.log_path, self.sampler = stream, log_path, sampler
+        self.stream, self.log_path, self.sampler, self.run_id = stream, log_path, sampler, run_id
         self.tail: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
 
     def run(self) -> None:
@@ -125,7 +126,9 @@ class LogReader(threading.Thread):
             for raw in self.stream:
                 line = raw.decode("utf-8", errors="replace").rstrip("\n")
                 if line.startswith(PHASE_PREFIX):
-                    self.sampler.mark(line[len(PHASE_PREFIX) :].strip())
+                    phase = line[len(PHASE_PREFIX) :].strip()
+                    self.sampler.mark(phase)
+                    BOARD.phase(self.run_id, phase)
                 log.write(line + "\n")
                 log.flush()
                 self.tail.append(line)
@@ -160,7 +163,7 @@ class EngineProcess:
             stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
         self.sampler = TreeSampler(self.proc.pid).start()
-        self.reader = LogReader(self.proc.stdout, self.log_path, self.sampler)
+        self.reader = LogReader(self.proc.stdout, self.log_path, self.sampler, self.run_id)
         self.reader.start()
         return self
 
@@ -398,8 +401,10 @@ def run_arm(ctx: RunContext, item: PlanItem) -> dict:
     row["command"] = json.dumps(argv)
     env = engine_env(item)
     row["env_vars"] = engine_env_vars(env)  # what omni passed; the engine's own report replaces it
+    BOARD.phase(item.run_id, "starting the engine")
     with EngineProcess(argv, env, item.run_id, workdir / "engine.log") as proc:
         finished = proc.wait(ctx.timeout_s)
+        BOARD.phase(item.run_id, "reaping")
     fill_outcome(row, proc, finished, ctx.timeout_s, workdir)
     if not ctx.simulate_placement:
         fill_binding(row, proc, item, method)

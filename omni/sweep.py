@@ -22,7 +22,8 @@ from omni.runner import ITERATIONS_KEY, PlanItem, RunContext, run_arm
 from omni.spec import LoadedSpec, load_spec
 from omni.schedule import hold_cpus, run_concurrently
 from omni.store import load_runs, stored_run_ids, write_iterations, write_run
-from omni.topology import Slot
+from omni.progress import BOARD
+from omni.topology import Slot, format_cpulist
 
 if TYPE_CHECKING:
     from omni.stats import ArmTable
@@ -208,14 +209,21 @@ def take_over(sweep_id: str | None, **asked) -> PreparedSweep | None:
 def run_and_store(context: RunContext, item: PlanItem, extra: dict | None = None) -> dict:
     """Run one item on its slot, held exclusively on this host, and write its
     row the moment it ends (STYLE.md 5)."""
-    with hold_cpus(item.slot.cpus):
-        row = run_arm(context, item)
-    row.update(extra or {})
-    iterations = row.pop(ITERATIONS_KEY, None)
-    if iterations:
-        write_iterations(context.results_dir, row, iterations)
-    write_run(context.results_dir, row)
-    return row
+    BOARD.begin(item.run_id, item.arm.name, item.pass_index, item.slot.index, format_cpulist(item.slot.cpus))
+    status = "failed"
+    try:
+        with hold_cpus(item.slot.cpus):
+            row = run_arm(context, item)
+        row.update(extra or {})
+        BOARD.phase(item.run_id, "storing")
+        iterations = row.pop(ITERATIONS_KEY, None)
+        if iterations:
+            write_iterations(context.results_dir, row, iterations)
+        write_run(context.results_dir, row)
+        status = row["status"]
+        return row
+    finally:
+        BOARD.end(item.run_id, status)
 
 
 def run_sweep_items(prepared: PreparedSweep) -> list[dict]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import os
 import signal
 import subprocess
@@ -236,3 +237,35 @@ def test_a_full_disk_is_named_with_its_path():
         problem = infrastructure_problem(outer)
     assert problem.startswith("disk full writing /mnt/results/runs/x.parquet") and "--resume" in problem
     assert infrastructure_problem(ValueError("a bug")) is None
+
+
+@pytest.mark.slow
+def test_a_terminal_shows_each_slots_run_live_then_the_table_and_verdicts_once(tmp_path):
+    """A recording (script(1), a real terminal) of omni sweep arms/smoke-synthetic.yaml."""
+    typescript = tmp_path / "typescript"
+    command = f"{sys.executable} -m omni.cli sweep arms/smoke-synthetic.yaml --results {tmp_path / 'r'} --force"
+    env = {**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "COLUMNS": "200"}
+    done = subprocess.run(["script", "-q", "-e", "-c", command, str(typescript)], cwd=REPO, env=env,
+                          capture_output=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:]
+    text = typescript.read_text(errors="replace")
+    live = re.findall(r"slot 0 \(cpus [0-9,-]+\): (small|large|small\.control) pass (\d), ([a-z ]+), \d+ s", text)
+    assert len({arm for arm, _, _ in live}) >= 2, text[-3000:]  # runs of about 2 s, redrawn twice a second
+    assert len({phase for _, _, phase in live}) >= 2 and {phase for _, _, phase in live} <= {
+        "waiting for its cores", "starting the engine", "loading", "measuring", "holding for memory",
+        "tearing down", "reaping", "storing"}
+    assert re.search(r"\d/9 runs done, about \d+ s left", text)
+    assert text.count("n/runs") == 1, "the per-arm table, once"
+    assert text.count("against the baseline `small`") == 1 and "| large |" in text
+
+
+def test_quiet_and_json_are_for_scripts(tmp_path):
+    spec = tmp_path / "one.yaml"
+    spec.write_text(yaml.safe_dump({"name": "one", "passes": 1, "arms": [{"name": "a", "engine": "synthetic"}]}))
+    quiet = omni("sweep", str(spec), "--results", str(tmp_path / "q"), "--force", "--quiet")
+    assert quiet.returncode == 0 and quiet.stdout.strip().startswith("rows in") and "median" not in quiet.stdout
+    shown = omni("sweep", str(spec), "--results", str(tmp_path / "j"), "--force", "--json")
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    record = json.loads(shown.stdout)
+    assert record["failed"] == 0 and [r["status"] for r in record["runs"]] == ["ok"] and record["runs"][0]["arm"] == "a"
+    assert Path(record["rows"]).is_dir()
