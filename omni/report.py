@@ -1,13 +1,9 @@
-"""Summaries as text: Markdown (CLI, Prefect artifacts, results/summaries/)
-and a self-contained HTML report per sweep with inline SVG plots:
-per-arm distributions with intervals, a ratio forest plot against the
-baseline, and nightly trends with noise bands. No JavaScript, no external
-files: the report is one file that opens anywhere.
+"""Summaries as text: Markdown (CLI, Prefect artifacts, results/summaries/),
+JSON, and the self-contained HTML report (drawn in :mod:`omni.report_html`).
 """
 
 from __future__ import annotations
 
-import html
 import json
 import math
 from pathlib import Path
@@ -170,139 +166,13 @@ def as_json(summary: SweepSummary) -> dict:
     }  # fmt: skip
 
 
-# --- HTML with inline SVG ---
-
-W, ROW_H, LEFT, RIGHT = 760, 26, 190, 30
-
-
-def _scale(lo: float, hi: float, x0: float, x1: float):
-    if hi <= lo:
-        lo, hi = lo - 1, hi + 1
-    pad = (hi - lo) * 0.06
-    lo, hi = lo - pad, hi + pad
-    return lambda v: x0 + (v - lo) / (hi - lo) * (x1 - x0), lo, hi
-
-
-def _axis(scale, lo: float, hi: float, y: float, label=lambda v: f"{v:.4g}") -> str:
-    ticks = []
-    for i in range(5):
-        v = lo + (hi - lo) * i / 4
-        x = scale(v)
-        ticks.append(f'<line x1="{x:.1f}" y1="{y}" x2="{x:.1f}" y2="{y + 4}" stroke="#888"/>'
-                     f'<text x="{x:.1f}" y="{y + 16}" font-size="10" text-anchor="middle">{label(v)}</text>')  # fmt: skip
-    return f'<line x1="{LEFT}" y1="{y}" x2="{W - RIGHT}" y2="{y}" stroke="#888"/>' + "".join(ticks)
-
-
-def distribution_svg(summary: SweepSummary, metric: str) -> str:
-    """Each arm's runs as dots, its median as a bar, the median's 95 % interval as a whisker."""
-    arms = summary.arms
-    values = [v for a in arms for v in summary.values[(a, metric)]]
-    if not values:
-        return ""
-    scale, lo, hi = _scale(min(values), max(values), LEFT, W - RIGHT)
-    h = ROW_H * len(arms) + 30
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{h}" role="img" aria-label="{metric} per arm">']
-    for i, arm in enumerate(arms):
-        y = ROW_H * i + ROW_H / 2
-        cell = summary.cells[(arm, metric)]
-        parts.append(f'<text x="{LEFT - 8}" y="{y + 4}" font-size="12" text-anchor="end">{html.escape(arm)}</text>')
-        if cell.ci_low is not None:
-            parts.append(f'<line x1="{scale(cell.ci_low):.1f}" y1="{y}" x2="{scale(cell.ci_high):.1f}" y2="{y}" '
-                         'stroke="#0969da" stroke-width="3" opacity="0.5"/>')  # fmt: skip
-        for j, v in enumerate(summary.values[(arm, metric)]):
-            jitter = ((j * 7) % 9 - 4) * 1.2
-            parts.append(f'<circle cx="{scale(v):.1f}" cy="{y + jitter:.1f}" r="3" fill="#24292f" opacity="0.7"/>')
-        if cell.median is not None:
-            x = scale(cell.median)
-            parts.append(f'<line x1="{x:.1f}" y1="{y - 9}" x2="{x:.1f}" y2="{y + 9}" stroke="#0969da" stroke-width="2"/>')
-    parts.append(_axis(scale, lo, hi, ROW_H * len(arms) + 6))
-    return "".join(parts) + "</svg>"
-
-
-def forest_svg(rows: list[tuple[str, Judged]], title: str) -> str:
-    """Ratio to the baseline with its interval per (arm, metric), on a log
-    axis (x2 and x0.5 equally far from 1); the shaded band is +-min_effect:
-    an interval wholly inside it is "equivalent"."""
-    shown = [(label, j.comparison) for label, j in rows if j.comparison and j.comparison.ci_low]
-    if not shown:
-        return ""
-    log = math.log
-    band = lambda c: (-log(1 + c.min_effect), log(1 + c.min_effect))  # noqa: E731
-    lows = [log(c.ci_low) for _, c in shown] + [band(c)[0] for _, c in shown]
-    highs = [log(c.ci_high) for _, c in shown] + [band(c)[1] for _, c in shown]
-    scale, lo, hi = _scale(min(lows), max(highs), LEFT, W - RIGHT)
-    h = ROW_H * len(shown) + 30
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{h}" role="img" aria-label="{html.escape(title)}">']
-    for i, (label, c) in enumerate(shown):
-        y = ROW_H * i + ROW_H / 2
-        color = VERDICT_COLORS[c.verdict]
-        x0, x1 = (scale(v) for v in band(c))
-        parts.append(f'<rect x="{x0:.1f}" y="{y - ROW_H / 2 + 2}" width="{x1 - x0:.1f}" height="{ROW_H - 4}" fill="#d0d7de" opacity="0.5"/>')
-        parts.append(f'<text x="{LEFT - 8}" y="{y + 4}" font-size="11" text-anchor="end">{html.escape(label)}</text>')
-        parts.append(f'<line x1="{scale(log(c.ci_low)):.1f}" y1="{y}" x2="{scale(log(c.ci_high)):.1f}" y2="{y}" stroke="{color}" stroke-width="2"/>')
-        parts.append(f'<rect x="{scale(log(c.ratio)) - 4:.1f}" y="{y - 4}" width="8" height="8" fill="{color}">'
-                     f'<title>{html.escape(label)}: x{c.ratio:.3f} [{c.ci_low:.3f}, {c.ci_high:.3f}] {c.verdict}</title></rect>')  # fmt: skip
-    one = scale(0.0)
-    parts.append(f'<line x1="{one:.1f}" y1="0" x2="{one:.1f}" y2="{ROW_H * len(shown)}" stroke="#24292f" stroke-dasharray="3,3"/>')
-    parts.append(_axis(scale, lo, hi, ROW_H * len(shown) + 6, label=lambda v: f"x{math.exp(v):.3g}"))
-    return "".join(parts) + "</svg>"
-
-
-def trend_svg(points: list[tuple[str, float, float]], changes: set[str], title: str) -> str:
-    """Per-sweep medians of one arm and metric, with a band of +-floor around each."""
-    if len(points) < 2:
-        return ""
-    h, top, bottom = 170, 10, 140
-    ys = [m * (1 + s * f) for _, m, f in points for s in (-1, 1)]
-    yscale, ylo, yhi = _scale(min(ys), max(ys), bottom, top)
-    xs = [LEFT + (W - RIGHT - LEFT) * i / (len(points) - 1) for i in range(len(points))]
-    upper = " ".join(f"{x:.1f},{yscale(m * (1 + f)):.1f}" for x, (_, m, f) in zip(xs, points))
-    lower = " ".join(f"{x:.1f},{yscale(m * (1 - f)):.1f}" for x, (_, m, f) in reversed(list(zip(xs, points))))
-    line = " ".join(f"{x:.1f},{yscale(m):.1f}" for x, (_, m, _f) in zip(xs, points))
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{h}" role="img" aria-label="{html.escape(title)}">',
-             f'<text x="{LEFT - 8}" y="{top + 10}" font-size="11" text-anchor="end">{html.escape(title)}</text>',
-             f'<polygon points="{upper} {lower}" fill="#d0d7de" opacity="0.6"/>',
-             f'<polyline points="{line}" fill="none" stroke="#0969da" stroke-width="2"/>']  # fmt: skip
-    for x, (sweep, m, _f) in zip(xs, points):
-        color = "#cf222e" if sweep in changes else "#0969da"
-        parts.append(f'<circle cx="{x:.1f}" cy="{yscale(m):.1f}" r="4" fill="{color}"><title>{html.escape(sweep)}: {m:.4g}</title></circle>')
-    for i, v in enumerate((ylo, (ylo + yhi) / 2, yhi)):
-        parts.append(f'<text x="{LEFT + 4}" y="{yscale(v):.1f}" font-size="9" fill="#57606a">{v:.4g}</text>')
-    return "".join(parts) + "</svg>"
+# --- HTML (omni.report_html: matplotlib is imported only to draw it) ---
 
 
 def html_report(summary: SweepSummary, history: dict | None = None) -> str:
-    """``history``: {"points": {(arm, metric): [(sweep, median, floor)]}, "changes": [Change]}."""
-    md_rows = summary_markdown(summary)
-    body = [f"<h1>sweep {html.escape(summary.sweep_id)}</h1>",
-            f"<p>spec <code>{html.escape(summary.sweep_name)}</code>, baseline arm <code>{html.escape(str(summary.baseline))}</code>, "
-            f"{summary.excluded} retracted run(s) left out.</p>"]  # fmt: skip
-    if summary.warnings:
-        body.append("<ul class=warn>" + "".join(f"<li>{html.escape(w)}</li>" for w in summary.warnings) + "</ul>")
-    rows = [(f"{arm} {metric}", j) for (arm, metric), j in summary.judged.items()]
-    if rows:
-        body += ["<h2>Against the baseline</h2>",
-                 "<p>Ratio of geometric means (arm / baseline) with its 95 % interval, log axis; grey band: +-min_effect. "
-                 + " ".join(f'<span style="color:{c}">&#9632; {v}</span>' for v, c in VERDICT_COLORS.items()) + "</p>",
-                 forest_svg(rows, "ratio to baseline")]  # fmt: skip
-    body.append("<h2>Per-arm distributions</h2>")
-    for metric in summary.metrics:
-        effect, source = summary.min_effects[metric]
-        body += [f"<h3>{html.escape(metric)} <small>(min_effect {effect:.1%}, {html.escape(source)})</small></h3>",
-                 distribution_svg(summary, metric)]  # fmt: skip
-    if history and history.get("points"):
-        flagged = {(c.arm, c.metric): set() for c in history["changes"]}
-        for c in history["changes"]:
-            flagged[(c.arm, c.metric)].add(c.sweep_id)
-        body.append("<h2>Nightly trend</h2><p>Per-sweep medians of this spec; band: +-noise floor; red: flagged change.</p>")
-        for (arm, metric), points in sorted(history["points"].items()):
-            body.append(trend_svg(points, flagged.get((arm, metric), set()), f"{arm} {metric}"))
-    body += ["<h2>Table</h2>", f"<pre>{html.escape(md_rows)}</pre>",
-             f'<script type="application/json" id="summary">{html.escape(json.dumps(as_json(summary), default=str))}</script>']  # fmt: skip
-    style = ("body{font-family:system-ui,sans-serif;margin:24px;color:#24292f;background:#fff}"
-             "pre{background:#f6f8fa;padding:8px;overflow:auto;font-size:11px}.warn{color:#9a6700}")  # fmt: skip
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>omni {html.escape(summary.sweep_id)}</title>"
-            f"<style>{style}</style></head><body>{''.join(body)}</body></html>\n")  # fmt: skip
+    from omni.report_html import html_report as draw
+
+    return draw(summary, history)
 
 
 def write_outputs(results: Path, summary: SweepSummary, history: dict | None = None) -> dict[str, Path]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 import shutil
 import subprocess
 from datetime import datetime, timedelta, timezone
@@ -191,7 +192,22 @@ def test_html_report_renders_in_headless_chromium(tmp_path):
     page = tmp_path / "report.html"
     page.write_text(html_report(summary, sweep_history(tmp_path, summary)))
     text = page.read_text()
-    assert text.count("<svg") >= 4 and "Nightly trend" in text and "http" not in text.replace("http://www.w3.org/2000/svg", "")
+    external = re.findall(r'(?:src|href)="(?!#)[^"]*"', text) + re.findall(r"url\((?!#)", text)
+    assert not external, external[:5]  # self-contained: nothing fetched, links only inside the page
+    dom = subprocess.run(
+        [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+         f"--user-data-dir={tmp_path / 'profile-dom'}", "--dump-dom", page.as_uri()],
+        capture_output=True, text=True, timeout=120,
+    ).stdout  # fmt: skip
+    # the named parts, as the browser built them
+    for element in ('<nav id="contents">', '<div id="forest"><svg', '<table id="results">', '<section id="trends">',
+                    '<table id="provenance-table">', 'href="#results-table"'):  # fmt: skip
+        assert element in dom, element
+    for metric in summary.metrics:
+        assert f'id="metric-{metric}"' in dom and f'href="#metric-{metric}"' in dom, metric
+    assert dom.count("<tr>") >= 1 + len(summary.arms) * len(summary.metrics)
+    assert "decode_tok_s (tok/s)" in dom and "rss_anon_steady_mb (MiB)" in dom  # axes carry units
+    assert "fixture-host" in dom  # provenance block
     shot = tmp_path / "shot.png"
     done = subprocess.run(
         [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

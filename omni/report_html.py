@@ -1,0 +1,213 @@
+"""The sweep report: one self-contained HTML file, plots drawn by matplotlib.
+
+Sections, linked from a contents list at the top: the verdicts against the
+baseline (a forest plot), the results table per arm, one plot per metric
+(runs, median and its interval, in the metric's unit), nightly trends when
+the spec has earlier sweeps, and the sweep's provenance. Plots are inline
+SVG with their text kept as text (``svg.fonttype: none``); no scripts run
+and nothing is fetched, so the file opens anywhere.
+"""
+
+from __future__ import annotations
+
+import html
+import io
+import json
+
+from omni.report import VERDICT_COLORS, _num, _verdict_text, as_json
+from omni.store import COLUMNS_BY_NAME
+from omni.summary import SweepSummary
+
+WIDTH_IN = 8.5  # inches at 96 dpi: about 820 px, the page's column
+# ratios a person reads at a glance, symmetric on a log axis (x0.8 and x1.25)
+RATIO_TICKS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 0.667, 0.8, 0.9, 0.95, 0.98, 1, 1.02, 1.05, 1.1, 1.25, 1.5, 2,
+               5, 10, 20, 50, 100)  # fmt: skip
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display; also keeps a worker thread off any GUI
+    import matplotlib.pyplot as plt
+
+    plt.rcParams.update({"svg.fonttype": "none", "font.size": 10, "axes.spines.top": False,
+                         "axes.spines.right": False, "figure.dpi": 96})  # fmt: skip
+    return plt
+
+
+def _svg(fig) -> str:
+    """The figure as inline SVG, cropped to its ink so no label is cut."""
+    plt = _pyplot()
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
+    plt.close(fig)
+    text = buf.getvalue()
+    return text[text.index("<svg") :]
+
+
+def unit_of(metric: str) -> str:
+    unit = COLUMNS_BY_NAME[metric].unit
+    return f"{metric} ({unit})" if unit else metric
+
+
+def spaced_ticks(low: float, high: float, most: int = 9) -> list[float]:
+    """RATIO_TICKS inside (low, high), 1 always, none closer than 1/most of the log span."""
+    import math
+
+    gap = (math.log(high) - math.log(low)) / most
+    kept = [1.0]
+    for tick in sorted(RATIO_TICKS, key=lambda t: abs(math.log(t))):
+        if low <= tick <= high and all(abs(math.log(tick) - math.log(k)) >= gap for k in kept):
+            kept.append(tick)
+    return sorted(kept)
+
+
+def forest_svg(summary: SweepSummary) -> str:
+    """Ratio (arm / baseline) with its 95 % interval per (arm, metric) on a log
+    axis; the grey band of each row is its +-min_effect, the verdict its color."""
+    rows = [(f"{arm} · {metric}", j.comparison) for (arm, metric), j in summary.judged.items()
+            if j.comparison and j.comparison.ci_low]  # fmt: skip
+    if not rows:
+        return ""
+    plt = _pyplot()
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+
+    fig, ax = plt.subplots(figsize=(WIDTH_IN, 0.28 * len(rows) + 1.0))
+    for y, (_label, c) in enumerate(rows):
+        ax.fill_betweenx([y - 0.4, y + 0.4], 1 / (1 + c.min_effect), 1 + c.min_effect, color="#d0d7de", alpha=0.6, lw=0)
+        color = VERDICT_COLORS[c.verdict]
+        ax.plot([c.ci_low, c.ci_high], [y, y], color=color, lw=2)
+        ax.plot([c.ratio], [y], "s", color=color, ms=5)
+    ax.axvline(1.0, color="#24292f", lw=0.8, ls="--")
+    ax.set_xscale("log")
+    low, high = ax.get_xlim()
+    ax.xaxis.set_major_locator(FixedLocator(spaced_ticks(low, high)))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"×{v:g}"))
+    ax.set_yticks(range(len(rows)), [label for label, _ in rows])
+    ax.invert_yaxis()
+    ax.set_xlabel("ratio to the baseline (geometric means, 95 % interval; grey: ±min_effect)")
+    return _svg(fig)
+
+
+def distribution_svg(summary: SweepSummary, metric: str) -> str:
+    """Each arm's runs as dots, its median as a bar, the median's interval as a thick line."""
+    arms = [a for a in summary.arms if summary.values.get((a, metric))]
+    if not arms:
+        return ""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(WIDTH_IN, 0.35 * len(arms) + 0.9))
+    for y, arm in enumerate(arms):
+        cell = summary.cells[(arm, metric)]
+        values = summary.values[(arm, metric)]
+        jitter = [((j * 7) % 9 - 4) * 0.03 for j in range(len(values))]
+        ax.plot(values, [y + d for d in jitter], "o", color="#24292f", alpha=0.7, ms=4)
+        if cell.ci_low is not None:
+            ax.plot([cell.ci_low, cell.ci_high], [y, y], color="#0969da", lw=5, alpha=0.4, solid_capstyle="butt")
+        if cell.median is not None:
+            ax.plot([cell.median, cell.median], [y - 0.3, y + 0.3], color="#0969da", lw=2)
+    ax.set_yticks(range(len(arms)), arms)
+    ax.set_ylim(len(arms) - 0.5, -0.5)
+    ax.set_xlabel(unit_of(metric))
+    ax.ticklabel_format(axis="x", style="plain", useOffset=False)
+    return _svg(fig)
+
+
+def trend_svg(points: list[tuple[str, float, float]], changes: set[str], title: str, metric: str) -> str:
+    """Per-sweep medians of one arm and metric with a band of +-noise; red: a flagged change."""
+    if len(points) < 2:
+        return ""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(WIDTH_IN, 2.0))
+    xs = list(range(len(points)))
+    meds = [m for _, m, _ in points]
+    ax.fill_between(xs, [m * (1 - f) for _, m, f in points], [m * (1 + f) for _, m, f in points], color="#d0d7de", alpha=0.6, lw=0)
+    ax.plot(xs, meds, color="#0969da", lw=1.5)
+    for x, (sweep, m, _f) in zip(xs, points):
+        ax.plot([x], [m], "o", color="#cf222e" if sweep in changes else "#0969da", ms=5)
+    ax.set_xticks(xs, [s[-12:] for s, _, _ in points], rotation=20, ha="right", fontsize=8)
+    ax.set_ylabel(unit_of(metric))
+    ax.set_title(title, fontsize=10, loc="left")
+    return _svg(fig)
+
+
+def results_table(summary: SweepSummary) -> str:
+    head = ["arm", "metric", "unit", "n", "median", "MAD", "CV", "95 % CI of median", "min", "max", "vs baseline"]
+    rows = []
+    for arm in summary.arms:
+        for metric in summary.metrics:
+            cell = summary.cells[(arm, metric)]
+            verdict = "baseline" if arm == summary.baseline else _verdict_text(summary.judged[(arm, metric)])
+            if metric in summary.untrusted and arm not in (summary.baseline, summary.control):
+                verdict += " (untrustworthy)"
+            ci = f"[{_num(cell.ci_low)}, {_num(cell.ci_high)}]" if cell.ci_low is not None else "-"
+            cv = f"{cell.cv:.1%}" if cell.cv is not None else "-"
+            link = f'<a href="#metric-{html.escape(metric)}">{html.escape(metric)}</a>'
+            cells = [html.escape(arm), link, html.escape(COLUMNS_BY_NAME[metric].unit or ""), str(cell.n),
+                     _num(cell.median), _num(cell.mad), cv, ci, _num(cell.min), _num(cell.max), html.escape(verdict)]  # fmt: skip
+            rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+    return ('<table id="results"><thead><tr>' + "".join(f"<th>{h}</th>" for h in head) + "</tr></thead><tbody>"
+            + "".join(rows) + "</tbody></table>")  # fmt: skip
+
+
+def provenance_table(summary: SweepSummary) -> str:
+    def show(value) -> str:
+        return html.escape(", ".join(map(str, value)) if isinstance(value, list) else str(value))
+
+    facts = summary.provenance or {}
+    rows = [f"<tr><th>{html.escape(k)}</th><td colspan=2>{show(v)}</td></tr>" for k, v in facts.get("sweep", {}).items()
+            if v is not None]  # fmt: skip
+    for arm, arm_facts in facts.get("arms", {}).items():
+        rows += [f"<tr><th>{html.escape(arm)}</th><td>{html.escape(k)}</td><td>{show(v)}</td></tr>"
+                 for k, v in arm_facts.items() if v is not None]  # fmt: skip
+    rows += [f"<tr><th>calibration</th><td>{html.escape(arm)}</td><td>{html.escape(src)}</td></tr>"
+             for arm, src in summary.calibrations.items()]  # fmt: skip
+    return '<table id="provenance-table">' + "".join(rows) + "</table>"
+
+
+def html_report(summary: SweepSummary, history: dict | None = None) -> str:
+    """``history``: {"points": {(arm, metric): [(sweep, median, floor)]}, "changes": [Change]}."""
+    sections = [("verdicts", "Against the baseline"), ("results-table", "Results per arm"),
+                ("distributions", "Per metric"), ("provenance", "Provenance")]  # fmt: skip
+    trends = history and history.get("points")
+    if trends:
+        sections.insert(3, ("trends", "Nightly trend"))
+    body = [f"<h1>sweep {html.escape(summary.sweep_id)}</h1>",
+            f"<p>spec <code>{html.escape(summary.sweep_name)}</code>, baseline arm "
+            f"<code>{html.escape(str(summary.baseline))}</code>"
+            + (f", live A/A control <code>{html.escape(summary.control)}</code>" if summary.control else "")
+            + f"; {summary.excluded} retracted run(s) left out.</p>",
+            '<nav id="contents"><ul>' + "".join(f'<li><a href="#{i}">{t}</a></li>' for i, t in sections) + "</ul></nav>"]  # fmt: skip
+    if summary.warnings:
+        body.append('<ul class="warn" id="warnings">' + "".join(f"<li>{html.escape(w)}</li>" for w in summary.warnings) + "</ul>")
+    legend = " ".join(f'<span style="color:{c}">&#9632; {v}</span>' for v, c in VERDICT_COLORS.items())
+    body += ['<section id="verdicts"><h2>Against the baseline</h2>',
+             f"<p>Welch t interval of the ratio of geometric means on log run values (each run the median of its "
+             f"iterations). {legend}</p>", f'<div id="forest">{forest_svg(summary)}</div></section>',
+             '<section id="results-table"><h2>Results per arm</h2>', results_table(summary), "</section>",
+             '<section id="distributions"><h2>Per metric</h2><p>Dots: runs; bar: median; thick line: the median\'s '
+             '95 % bootstrap interval.</p>']  # fmt: skip
+    for metric in summary.metrics:
+        effect, source = summary.min_effects[metric]
+        body += [f'<div class="metric" id="metric-{html.escape(metric)}"><h3>{html.escape(unit_of(metric))} '
+                 f"<small>min_effect {effect:.1%} ({html.escape(source)}) · "
+                 f'<a href="#results-table">table</a></small></h3>', distribution_svg(summary, metric), "</div>"]  # fmt: skip
+    body.append("</section>")
+    if trends:
+        flagged: dict = {}
+        for c in history["changes"]:
+            flagged.setdefault((c.arm, c.metric), set()).add(c.sweep_id)
+        body.append('<section id="trends"><h2>Nightly trend</h2><p>Per-sweep medians of this spec; band: ±noise; '
+                    "red: a flagged change.</p>")  # fmt: skip
+        for (arm, metric), points in sorted(history["points"].items()):
+            body.append(trend_svg(points, flagged.get((arm, metric), set()), f"{arm} · {metric}", metric))
+        body.append("</section>")
+    body += ['<section id="provenance"><h2>Provenance</h2>', provenance_table(summary), "</section>",
+             f'<script type="application/json" id="summary">{html.escape(json.dumps(as_json(summary), default=str))}</script>']  # fmt: skip
+    style = ("body{font-family:system-ui,sans-serif;margin:24px;color:#24292f;background:#fff;max-width:900px}"
+             "table{border-collapse:collapse;font-size:12px}td,th{border-bottom:1px solid #d0d7de;padding:2px 6px;"
+             "text-align:left}.warn{color:#9a6700}svg{max-width:100%;height:auto}nav ul{display:flex;gap:16px;"
+             "list-style:none;padding:0}")  # fmt: skip
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>omni {html.escape(summary.sweep_id)}</title>"
+            f"<style>{style}</style></head><body>{''.join(body)}</body></html>\n")  # fmt: skip
+
