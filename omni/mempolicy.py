@@ -95,9 +95,6 @@ class NumaMaps:
     def anon_total_kib(self) -> int:
         return sum(self.anon_kib.values())
 
-    def policy_objects(self) -> list[Policy]:
-        return [parse_policy(text) for text in self.policies]
-
 
 def parse_numa_maps(data: bytes | str) -> NumaMaps:
     """Reduce ``numa_maps`` text (bytes as read from /proc) to per-node KiB."""

@@ -134,15 +134,6 @@ class LogReader(threading.Thread):
                 self.tail.append(line)
 
 
-@dataclass
-class Outcome:
-    exit_code: int | None
-    timed_out: bool
-    wall_s: float
-    leftovers: set[int]
-    tail: list[str]
-
-
 class EngineProcess:
     """Context manager around one engine subprocess tree.
 
