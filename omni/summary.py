@@ -525,7 +525,9 @@ def changes_in(
         raise OmniError(f"no ok runs of sweeps named {sweep_name!r} under {results}")
     order = frame.groupby("sweep_id")["started_at"].min().sort_values().index.tolist()
     metrics = [m for m in metric_columns() if frame[m].notna().any()]
-    calibrations = arm_calibrations(results, frame.iloc[::-1], list(dict.fromkeys(frame["arm"])))
+    # the newest configuration of each arm names its workload
+    newest_first = frame.sort_values("started_at", ascending=False)
+    calibrations = arm_calibrations(results, newest_first, list(dict.fromkeys(frame["arm"])))
     effects = {sweep_id: min_effects(results, sweep_id, metrics) for sweep_id in order}
     changes = []
     for (arm, metric), group in _by_arm_metric(frame, metrics):
