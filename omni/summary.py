@@ -1,9 +1,11 @@
 """From stored rows to conclusions: per-arm summaries, verdicts against the
-baseline, sweep-to-sweep comparisons, nightly regressions, host noise floors.
+baseline and the live A/A control, sweep-to-sweep comparisons, nightly
+regressions, and the provenance a summary carries.
 
-This is the I/O side (rows, retractions, calibrations, spec copies); the
-arithmetic is :mod:`omni.stats`. Retracted runs are left out unless asked
-for, and every summary says how many it left out.
+This reads rows, retractions and spec copies; the arithmetic is
+:mod:`omni.stats`, calibrations are :mod:`omni.calibration`'s, and the
+Markdown/JSON/HTML forms are :mod:`omni.report`'s. Retracted runs are left
+out unless asked for, and every summary says how many it left out.
 """
 
 from __future__ import annotations
