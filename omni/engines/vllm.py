@@ -92,17 +92,22 @@ def timed_generate(llm, prompts, max_tokens: int) -> dict:
     The loop is ``LLM._run_engine``'s own (``llm_engine.step()`` until no
     request is unfinished), with DELTA outputs so each step says which
     sequences received a token: TTFT is when every sequence has its first,
-    each later step's wall time is an inter-token latency. Requests go in
-    through ``LLM.enqueue``, the same path ``generate`` takes.
+    each later step's wall time is an inter-token latency. Requests are
+    rendered and added as ``LLM`` adds them (``_preprocess_cmpl_one``, then
+    ``llm_engine.add_request``), but not through ``LLM.enqueue``/``generate``:
+    those force ``FINAL_ONLY`` outputs, which arrive all at once at the end
+    and would make TTFT equal to e2e.
     """
     from vllm import SamplingParams, TokensPrompt
     from vllm.sampling_params import RequestOutputKind
 
-    sampling = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True, detokenize=False,
-                              output_kind=RequestOutputKind.DELTA)  # fmt: skip
     engine = llm.llm_engine
     t0 = time.perf_counter()
-    llm.enqueue([TokensPrompt(prompt_token_ids=p) for p in prompts], sampling, use_tqdm=False)
+    for p in prompts:
+        sampling = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True, detokenize=False,
+                                  output_kind=RequestOutputKind.DELTA)  # fmt: skip
+        rendered = llm._preprocess_cmpl_one(TokensPrompt(prompt_token_ids=p))
+        engine.add_request(str(next(llm.request_counter)), rendered, sampling)
     produced: dict[str, int] = {}
     ttft, last, steps = None, None, []
     while engine.has_unfinished_requests():
@@ -125,6 +130,10 @@ def timed_generate(llm, prompts, max_tokens: int) -> dict:
     e2e = time.perf_counter() - t0
     if set(produced.values()) != {max_tokens} or len(produced) != len(prompts):
         raise RuntimeError(f"asked for {max_tokens} tokens per sequence, got {sorted(produced.values())}")
+    if max_tokens > 1 and not steps:
+        # every token arrived in one step: the outputs were not streamed, and a
+        # "TTFT" taken here would be the end-to-end time
+        raise RuntimeError("vLLM delivered every token at once (FINAL_ONLY outputs?): no TTFT or ITL to measure")
     return {"ttft_s": ttft, "e2e_s": e2e, "step_s": steps}
 
 
