@@ -37,7 +37,8 @@ INPUT_LEN, OUTPUT_LEN, BATCH, MAX_LEN, KV_BYTES = 128, 64, 4, 192, 268435456
 def omni_arm_spec(directory: Path, passes: int) -> Path:
     arm = {"name": "omni-vllm", "engine": "vllm", "model": "tiny-llama", "dtype": "bfloat16", "compile_mode": "eager",
            "context_len": MAX_LEN, "prompt_len": INPUT_LEN, "max_tokens": OUTPUT_LEN, "batch_size": BATCH,
-           "kv_cache_bytes": KV_BYTES, "params": {"warmup": 2, "iterations": 5}}  # fmt: skip
+           "kv_cache_bytes": KV_BYTES, "patches": "none",  # stock vLLM on both sides
+           "params": {"warmup": 2, "iterations": 5}}  # fmt: skip
     path = directory / "omni-vllm.yaml"
     path.write_text(yaml.safe_dump({"name": "bench-vs-omni", "passes": passes, "timeout_s": 600, "arms": [arm]}))
     return path
