@@ -70,6 +70,6 @@ def run_metrics(batch: int, prompt_len: int, max_tokens: int, raws: Sequence[Map
         values = [p[metric] for p in per if p[metric] is not None]
         row[metric] = statistics.median(values) if values else None
         row[f"{metric}_iter_sd_log"] = sd_log(values)
-    steps_ms = [float(s) * 1000 for raw in raws for s in raw.get("step_s") or ()]
+    steps_ms = [s for p in per for s in p["step_ms"]]
     row.update({col: percentile(steps_ms, q) for col, q in zip(ITL_COLUMNS, ITL_PERCENTILES)})
     return row, per
