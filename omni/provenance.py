@@ -131,15 +131,21 @@ def collect_numa(meta: dict[str, Any], *, root: str | Path = "/") -> None:
     meta["numa_topology"] = topology.as_dict()
 
 
-def collect_env(meta: dict[str, Any], *, environ: Mapping[str, str] | None = None) -> None:
-    """env_vars: the behaviour-changing variables set, sorted by name."""
+def behaviour_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The behaviour-changing variables of ``environ`` (default: this process's),
+    sorted by name, secrets redacted."""
     environ = os.environ if environ is None else environ
     chosen = {}
     for name in sorted(environ):
         if name in ENV_NAMES or name.startswith(ENV_PREFIXES):
             secret = any(word in name.upper() for word in _SECRET_WORDS)
             chosen[name] = REDACTED if secret else environ[name]
-    meta["env_vars"] = chosen
+    return chosen
+
+
+def collect_env(meta: dict[str, Any], *, environ: Mapping[str, str] | None = None) -> None:
+    """env_vars: the behaviour-changing variables set, sorted by name."""
+    meta["env_vars"] = behaviour_env(environ)
 
 
 @functools.lru_cache(maxsize=None)

@@ -28,7 +28,7 @@ from omni.iterations import run_metrics
 from omni.mempolicy import describe_nodes, node_list
 from omni.progress import BOARD
 from omni.placement import REMOTE_WARN_LOCAL, explain_busy, measure_busy, numactl_path, pin_argv, verify_binding
-from omni.provenance import collect_env, merge_engine_provenance
+from omni.provenance import behaviour_env, merge_engine_provenance
 from omni.reaper import RUN_ID_VAR, Watchdog, reap_run
 from omni.resources import ArmResources, env_name
 from omni.sampler import TreeSampler, summarize
@@ -97,12 +97,6 @@ def engine_argv(item: PlanItem, workdir: Path, python: str, simulate: bool = Fal
         "--arm", str(workdir / "arm.json"), "--out", str(workdir / "result.json"),
     ]  # fmt: skip
     return (argv, "none") if simulate else pin_argv(item.slot, argv, numactl_path())
-
-
-def engine_env_vars(env: dict[str, str]) -> dict[str, str]:
-    meta: dict = {}
-    collect_env(meta, environ=env)
-    return meta["env_vars"]
 
 
 def engine_env(item: PlanItem) -> dict[str, str]:
@@ -391,7 +385,7 @@ def run_arm(ctx: RunContext, item: PlanItem) -> dict:
     argv, method = engine_argv(item, workdir, res.python, ctx.simulate_placement)
     row["command"] = json.dumps(argv)
     env = engine_env(item)
-    row["env_vars"] = engine_env_vars(env)  # what omni passed; the engine's own report replaces it
+    row["env_vars"] = behaviour_env(env)  # what omni passed; the engine's own report replaces it
     BOARD.phase(item.run_id, "starting the engine")
     with EngineProcess(argv, env, item.run_id, workdir / "engine.log") as proc:
         finished = proc.wait(ctx.timeout_s)

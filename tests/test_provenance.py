@@ -259,7 +259,5 @@ def test_sweep_provenance_names_what_differed():
 
 
 def test_the_row_records_the_engine_processes_environment():
-    from omni.runner import engine_env_vars
-
     env = {"OMP_NUM_THREADS": "2", "HOME": "/root", "VLLM_API_KEY": "k", "OMNI_RUN_ID": "r"}
-    assert engine_env_vars(env) == {"OMP_NUM_THREADS": "2", "VLLM_API_KEY": provenance.REDACTED}
+    assert provenance.behaviour_env(env) == {"OMP_NUM_THREADS": "2", "VLLM_API_KEY": provenance.REDACTED}

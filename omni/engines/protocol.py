@@ -37,15 +37,6 @@ def log(message: str) -> None:
     sys.stderr.flush()
 
 
-def engine_env_vars() -> dict:
-    """The behaviour-changing variables of this process (omni.provenance's selection)."""
-    from omni.provenance import collect_env
-
-    meta: dict = {}
-    collect_env(meta)
-    return meta["env_vars"]
-
-
 def base_provenance() -> dict:
     return {"python_version": platform.python_version(), "pid": os.getpid()}
 
@@ -68,7 +59,9 @@ def serve(run: Callable[[dict], dict], argv: list[str] | None = None) -> int:
     result = run(arm)
     mark_phase("done")  # teardown follows: its memory is not the steady state
     result.setdefault("provenance", {}).update(base_provenance())
-    result["provenance"]["env_vars"] = engine_env_vars()  # as the engine ran, after it set its own
+    from omni.provenance import behaviour_env  # standard library and omni only, as this module
+
+    result["provenance"]["env_vars"] = behaviour_env()  # as the engine ran, after it set its own
     result["engine_wall_s"] = time.time() - started
     write_result(args.out, result)
     return 0
