@@ -121,9 +121,9 @@ class Applied:
 NONE = Applied({}, {}, "none")
 
 
-def applied(results: Path, host: str | None, workload: str) -> Applied:
-    """The newest calibration of this host that measured ``workload``."""
-    for path, record in load_calibrations(results, host):
+def applied(records: list[tuple[Path, dict]], workload: str) -> Applied:
+    """The newest of ``records`` (:func:`load_calibrations`) that measured ``workload``."""
+    for path, record in records:
         entry = record["workloads"].get(workload)
         if entry:
             return Applied(entry.get("noise", {}), entry.get("drift", {}),
@@ -132,8 +132,10 @@ def applied(results: Path, host: str | None, workload: str) -> Applied:
 
 
 def for_arms(results: Path, host: str | None, arm_jsons: dict[str, str]) -> dict[str, Applied]:
-    """arm -> the calibration that applies to its workload (NONE when none does)."""
-    return {arm: applied(results, host, workload_of(text)) for arm, text in arm_jsons.items()}
+    """arm -> the calibration that applies to its workload (NONE when none does);
+    the host's calibrations are read once for all arms."""
+    records = load_calibrations(results, host)
+    return {arm: applied(records, workload_of(text)) for arm, text in arm_jsons.items()}
 
 
 def noise_floor(calibration: Applied, metric: str, default: float) -> float:
