@@ -105,18 +105,17 @@ def sweep_spec(results: Path, sweep_id: str):
     return load_spec(copies[0]).sweep if copies else None
 
 
-def baseline_of(results: Path, sweep_id: str, arms: list[str]) -> str | None:
-    """The spec's baseline arm, from the sweep's own spec copy; else the first arm."""
-    spec = sweep_spec(results, sweep_id)
+def baseline_of(spec, arms: list[str]) -> str | None:
+    """The baseline arm of the sweep's own spec copy (:func:`sweep_spec`); else the first arm."""
     if spec is not None and spec.baseline_arm in arms:
         return spec.baseline_arm
     return arms[0] if arms else None
 
 
-def min_effects(results: Path, sweep_id: str, metrics: list[str]) -> dict[str, tuple[float, str]]:
+def min_effects(spec, metrics: list[str]) -> dict[str, tuple[float, str]]:
     """metric -> (smallest effect that matters, where it came from): the
-    spec's ``min_effect`` (per metric, else its default), else omni's default."""
-    spec = sweep_spec(results, sweep_id)
+    ``min_effect`` of the sweep's spec copy (per metric, else its default),
+    else omni's default."""
     given = spec.min_effect if spec is not None else None
     given = {"default": given} if isinstance(given, (int, float)) else (given or {})
     out = {}
@@ -296,8 +295,9 @@ def summarize_sweep(results: Path, sweep_id: str, include_retracted: bool = Fals
     ok, frame, excluded = ok_rows(results, sweep_id, include_retracted)
     arms = list(dict.fromkeys(frame["arm"]))
     metrics = [m for m in metric_columns() if ok[m].notna().any()]
-    effects = min_effects(results, sweep_id, metrics)
-    baseline = baseline_of(results, sweep_id, arms)
+    spec = sweep_spec(results, sweep_id)  # read once: baseline, margins and control all come from it
+    effects = min_effects(spec, metrics)
+    baseline = baseline_of(spec, arms)
     calibrations = arm_calibrations(results, frame, arms)
     base_cal = calibrations.get(baseline, NONE) if baseline else NONE
     floors = {m: (noise_floor(base_cal, m, default_floor(m)), base_cal.source if m in base_cal.noise else "default")
@@ -310,7 +310,7 @@ def summarize_sweep(results: Path, sweep_id: str, include_retracted: bool = Fals
             if baseline and arm != baseline:
                 judged[(arm, metric)] = judge(ok, ok, baseline, arm, metric, effects[metric][0])
     warnings = _too_few_passes(metrics, arms, cells, values, effects)
-    control = control_of(results, sweep_id, arms)
+    control = control_of(spec, arms)
     untrusted = control_failures(judged, control, baseline, metrics) if control and baseline != control else {}
     warnings += [f"untrustworthy {metric}: {why}" for metric, why in untrusted.items()]
     provenance = sweep_provenance(frame, arms)
@@ -356,9 +356,8 @@ def sweep_provenance(frame: pd.DataFrame, arms: list[str]) -> dict:
     return {"sweep": sweep, "arms": per_arm}
 
 
-def control_of(results: Path, sweep_id: str, arms: list[str]) -> str | None:
-    """The sweep's A/A control arm (from its spec copy), when it has runs."""
-    spec = sweep_spec(results, sweep_id)
+def control_of(spec, arms: list[str]) -> str | None:
+    """The A/A control arm of the sweep's spec copy, when it has runs."""
     name = spec.control_arm if spec is not None else None
     return name if name in arms else None
 
@@ -437,7 +436,7 @@ def compare_sweeps(
     if not arms:
         raise OmniError(f"sweeps {before} and {after} share no arm name; compare needs the same arms")
     metrics = check_metrics(metrics, [m for m in metric_columns() if a_ok[m].notna().any() and b_ok[m].notna().any()])
-    effects = min_effects(results, after, metrics)
+    effects = min_effects(sweep_spec(results, after), metrics)
     # two sweeps: interleaving cannot cancel what moved between them; the
     # drift measured for the arm's workload (after's, else before's), else the default
     cal_after, cal_before = arm_calibrations(results, b_all, arms), arm_calibrations(results, a_all, arms)
@@ -530,7 +529,7 @@ def changes_in(
     # the newest configuration of each arm names its workload
     newest_first = frame.sort_values("started_at", ascending=False)
     calibrations = arm_calibrations(results, newest_first, list(dict.fromkeys(frame["arm"])))
-    effects = {sweep_id: min_effects(results, sweep_id, metrics) for sweep_id in order}
+    effects = {sweep_id: min_effects(sweep_spec(results, sweep_id), metrics) for sweep_id in order}
     changes = []
     for (arm, metric), group in _by_arm_metric(frame, metrics):
         per_sweep = {s: g for s, g in group.groupby("sweep_id")}
