@@ -240,8 +240,8 @@ def run_sweep_flow(
     if mode == "json":
         import json
 
-        runs = [{k: o.get(k) for k in ("run_id", "arm", "pass_index", "slot_index", "status", "error")} for o in summary["runs"]]
-        print(json.dumps({"sweep_id": summary["sweep_id"], "rows": str(rows), "runs": runs,
+        # the flow's outcomes carry exactly run_id, arm, pass_index, slot_index, status, error
+        print(json.dumps({"sweep_id": summary["sweep_id"], "rows": str(rows), "runs": summary["runs"],
                           "failed": len(summary["failed"])}))  # fmt: skip
     else:
         if mode == "live":
