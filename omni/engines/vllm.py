@@ -102,10 +102,11 @@ def timed_generate(llm, prompts, max_tokens: int) -> dict:
     from vllm.sampling_params import RequestOutputKind
 
     engine = llm.llm_engine
+    # one for every request, as LLM.generate passes them (each request gets a clone)
+    sampling = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True, detokenize=False,
+                              output_kind=RequestOutputKind.DELTA)  # fmt: skip
     t0 = time.perf_counter()
     for p in prompts:
-        sampling = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True, detokenize=False,
-                                  output_kind=RequestOutputKind.DELTA)  # fmt: skip
         rendered = llm._preprocess_cmpl_one(TokensPrompt(prompt_token_ids=p))
         engine.add_request(str(next(llm.request_counter)), rendered, sampling)
     produced: dict[str, int] = {}
