@@ -195,7 +195,7 @@ def hand_over(prepared: PreparedSweep) -> None:
 
 def take_over(sweep_id: str | None, **asked) -> PreparedSweep | None:
     """The sweep handed over under ``sweep_id`` when it was prepared with what
-    the flow is asked now (force, passes, busy wait, results); else None."""
+    the flow is asked now (force, results, busy wait); else None."""
     prepared = _HANDED_OVER.pop(sweep_id, None) if sweep_id else None
     if prepared is None:
         return None
