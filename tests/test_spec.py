@@ -270,6 +270,30 @@ BAD_SPECS = {
         "name: x\narms:\n  - &base {name: a, engine: synthetic}\n  - *base\n",
         ["spec.yaml:3 arms[0]: anchor &base is not supported", "matrix"],
     ),
+    "tag written out in full": (
+        "name: x\narms:\n  - name: !<tag:yaml.org,2002:str> a\n    engine: synthetic\n",
+        ["spec.yaml:3 arms[0].name: YAML tag '!!str' is not allowed"],
+    ),
+    "billion laughs": (  # 9**5 values if the aliases were expanded: refused at the first anchor
+        "a: &a [x,x,x,x,x,x,x,x,x]\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]\nc: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]\n"
+        "d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c]\ne: [*d,*d,*d,*d,*d,*d,*d,*d,*d]\nname: x\n",
+        ["spec.yaml:1 a: anchor &a is not supported"],
+    ),
+    "merge key": (
+        "name: x\narms:\n  - name: a\n    <<: {engine: synthetic}\n",
+        ["spec.yaml:4 arms[0]: merge keys (<<) are not supported; use matrix:"],
+    ),
+    "key that is a list": ("name: x\n? [a, b]\n: 1\narms: []\n", ["spec.yaml:2 a key must be a plain name"]),
+    "key that is a number": ("name: x\n1: 2\narms:\n" + ARM, ["spec.yaml:2 [1]: a key must be a name (text), got 1"]),
+    "duplicate key in a flow mapping": (
+        "name: x\narms:\n  - {name: a, engine: synthetic, name: b}\n",
+        ["spec.yaml:3 arms[0].name: duplicate key 'name' (first at line 3, again at line 3)"],
+    ),
+    "yes is text, not true": (  # YAML 1.2: only true/false are booleans
+        "name: x\narms:\n  - name: a\n    engine: synthetic\n    params: {crash: yes}\n",
+        ["spec.yaml:5 arms[0].params.crash: must be true or false, got 'yes'"],
+    ),
+    "nested too deep": ("name: x\narms: " + "[" * 200 + "]" * 200 + "\n", ["spec.yaml:2 nested more than 100 levels"]),
     "wrong type": (
         "name: x\narms:\n  - name: a\n    engine: synthetic\n    threads: two\n",
         ["spec.yaml:5 arms[0].threads: must be an integer, got 'two'"],
@@ -410,6 +434,14 @@ BAD_JSON = {
     "json bad field": (
         '{"name": "x",\n "arms": [\n  {"name": "a",\n   "engine": "synthetic",\n   "threads": 0}]}',
         ["spec.json:5 arms[0].threads: must be >= 1"],
+    ),
+    "json duplicate key inside an arm": (
+        '{"name": "x",\n "arms": [{"name": "a",\n  "engine": "synthetic",\n  "engine": "vllm"}]}',
+        ["spec.json:4 arms[0].engine: duplicate key 'engine' (first at line 3, again at line 4)"],
+    ),
+    "json indented with tabs": (  # YAML refuses tabs as indentation; the lines must not be lost
+        '{\n\t"name": "x",\n\t"arms": [\n\t\t{"name": "a",\n\t\t "engine": "synthetic",\n\t\t "threads": 0}]}',
+        ["spec.json:6 arms[0].threads: must be >= 1"],
     ),
     "json top level a list": ("[1, 2]", ["spec.json: the top level must be a mapping"]),
 }

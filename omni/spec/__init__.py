@@ -1,0 +1,96 @@
+"""Sweep specs: a YAML/JSON file of sweep settings, ``arms:`` and ``matrix:`` blocks.
+
+::
+
+    name: mem-threads
+    passes: 3
+    arms:
+      - {name: plain, engine: synthetic}
+    matrix:
+      - name: "mem{params.mem_mb}-t{threads}"   # one {axis} per axis
+        base: {engine: synthetic, params: {procs: 3}}
+        axes:
+          params.mem_mb: [0, 512]               # dotted: a key inside params
+          threads: [1, 2]
+
+Every user mistake is one :class:`~omni.errors.SpecError` listing each
+problem on its own line as ``FILE:LINE FIELD: message``, e.g.
+``arms/x.yaml:12 arms[1].threads: must be >= 1``.
+
+The package, by what each file holds:
+
+- :mod:`~omni.spec.source`: reading the file, YAML/JSON, the line of every key;
+- :mod:`~omni.spec.models`: an arm, its engine's params, slots, arm identity;
+- :mod:`~omni.spec.matrix`: ``matrix:`` expansion;
+- :mod:`~omni.spec.sweep`: the sweep and its control arm;
+- :mod:`~omni.spec.problems`: validation errors in plain words at a file line.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from omni.errors import SpecError
+from omni.spec.matrix import MAX_MATRIX_ARMS, MatrixBlock
+from omni.spec.models import (
+    ENGINE_PARAMS,
+    Arm,
+    LlamacppParams,
+    SlotRequest,
+    SyntheticParams,
+    VllmParams,
+    arm_hash,
+    canonical_arm_json,
+)
+from omni.spec.problems import Lines, describe
+from omni.spec.source import SUFFIXES, read_spec
+from omni.spec.sweep import CONTROL_SUFFIX, Sweep, expanded_arms_table
+
+__all__ = [
+    "CONTROL_SUFFIX",
+    "ENGINE_PARAMS",
+    "MAX_MATRIX_ARMS",
+    "SUFFIXES",
+    "Arm",
+    "LlamacppParams",
+    "LoadedSpec",
+    "MatrixBlock",
+    "SlotRequest",
+    "Sweep",
+    "SyntheticParams",
+    "VllmParams",
+    "arm_hash",
+    "canonical_arm_json",
+    "expanded_arms_table",
+    "load_spec",
+    "validate_sweep",
+]
+
+
+@dataclass(frozen=True)
+class LoadedSpec:
+    sweep: Sweep
+    path: Path  # resolved
+    sha256: str  # of the file's bytes
+    text: str
+
+
+def load_spec(path: str | Path) -> LoadedSpec:
+    """Read, parse and validate a ``.yaml``/``.yml``/``.json`` sweep spec."""
+    path = Path(path)
+    raw, text, data, lines = read_spec(path)
+    sweep = validate_sweep(data, source=str(path), lines=lines)
+    return LoadedSpec(sweep=sweep, path=path.resolve(), sha256=hashlib.sha256(raw).hexdigest(), text=text)
+
+
+def validate_sweep(data: Any, source: str = "spec", lines: Lines | None = None) -> Sweep:
+    """Validate parsed spec data; every problem in one SpecError, located via ``lines``."""
+    try:
+        return Sweep.model_validate(data)
+    except ValidationError as err:
+        raise SpecError(describe(err, source, lines or {}, Sweep)) from None

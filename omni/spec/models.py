@@ -1,0 +1,295 @@
+"""The spec's models: an arm, its engine's parameters, and where runs go.
+
+The models are strict: a spec is typed data, so ``threads: "2"`` or
+``crash: yes`` is more likely a slip than a wish, and is an error. Each
+rewrites pydantic's errors into plain words (:mod:`omni.spec.problems`) where
+it knows its own keys.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from omni.errors import OmniError
+from omni.spec.problems import plain_text, problem, show, validation_error
+from omni.topology import parse_cpulist
+from omni.vllm_plugin import names as vllm_names
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.=+-]*$")
+_NAME_MAX = 80
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _check_name(value: str) -> str:
+    if len(value) > _NAME_MAX:
+        raise problem(f"must be at most {_NAME_MAX} characters, got {len(value)}")
+    if not _NAME.match(value):
+        raise problem(
+            f"{value!r} is not a valid name: use letters, digits and _ . = + - "
+            "(starting with a letter or digit)"
+        )
+    return value
+
+
+def _check_env_name(value: str) -> str:
+    if not ENV_NAME.match(value):
+        raise problem(
+            f"{value!r} is not an environment variable name "
+            "(letters, digits and _, not starting with a digit)"
+        )
+    return value
+
+
+Name = Annotated[str, AfterValidator(_check_name)]
+EnvName = Annotated[str, AfterValidator(_check_env_name)]
+
+
+class SpecModel(BaseModel):
+    """Base of every spec model: unknown keys rejected, immutable, no coercion."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _plain_errors(cls, data: Any, handler: Any) -> Any:
+        # Rewritten here, where the model is known, so "unknown key" can list
+        # this model's keys and callers outside load_spec get plain words too.
+        try:
+            return cls._validate(data, handler)
+        except ValidationError as err:
+            problems = [(e["loc"], plain_text(e, cls)) for e in err.errors()]
+            raise validation_error(cls.__name__, problems) from None
+
+    @classmethod
+    def _validate(cls, data: Any, handler: Any) -> Any:
+        """Hook for a model that reshapes its input first (Sweep expands matrix:)."""
+        return handler(data)
+
+    @classmethod
+    def known_keys(cls) -> list[str]:
+        return list(cls.model_fields)
+
+
+class SyntheticParams(SpecModel):
+    """Parameters of the ``synthetic`` calibration engine: known memory, known CPU."""
+
+    mem_mb: float = Field(0.0, ge=0)  # anonymous memory touched, split evenly over procs
+    procs: int = Field(1, ge=1, le=64)  # main process + procs-1 children
+    work_per_token: int = Field(20000, ge=0)  # busy-loop iterations per token per sequence
+    prefill_work_per_token: int = Field(2000, ge=0)
+    # seconds each decode step waits (not CPU): a decode speed this host's CPU
+    # frequency swings cannot move, for tests of the statistics themselves
+    step_sleep_ms: float = Field(0.0, ge=0)
+    # timed generations in the one process; cheap here, and the same shape as the real engines'
+    iterations: int = Field(5, ge=1, le=100)
+    load_s: float = Field(0.0, ge=0)  # extra seconds spent "loading"
+    hold_s: float = Field(0.3, ge=0)  # seconds holding memory after generating
+    crash: bool = False  # die with an uncaught error after load
+    hang: bool = False  # hang forever after load
+    exit_code: int = Field(0, ge=0, le=255)  # non-zero: write nothing, exit with it
+    daemonize: bool = False  # leave a setsid'ed daemon grandchild behind
+    abort_at_exit: bool = False  # abort in teardown, after the result is written
+    # escape the slot's memory binding after load, as a misbehaving engine would:
+    # reset_policy: set_mempolicy(MPOL_DEFAULT) and allocate again;
+    # migrate_pages: move every page to a node outside the slot
+    escape: Literal["none", "reset_policy", "migrate_pages"] = "none"
+
+
+class VllmParams(SpecModel):
+    """Parameters of the ``vllm`` engine (offline ``LLM`` on CPU)."""
+
+    load_format: Literal["auto", "dummy"] = "auto"  # dummy: real shapes, random weights, no checkpoint
+    prefix_caching: bool = False  # on, a repeated prompt's prefill would be a cache hit
+    warmup: int = Field(1, ge=0, le=10)  # untimed generations before the timed ones
+    # timed generations per engine start: 5, as `vllm bench latency` is run here;
+    # on a tiny model they cost a few % of the 45-60 s start
+    iterations: int = Field(5, ge=1, le=100)
+    hold_s: float = Field(0.5, ge=0)  # seconds held in steady state for the memory sampler
+    int4_group_size: Literal[32, 64, 128] = 128  # quantization: cpu_int4 only
+    # False keeps the output head (lm_head) in bf16: the W4 setup once retracted for it
+    int4_lm_head: bool = True
+
+
+class LlamacppParams(SpecModel):
+    """Parameters of the ``llamacpp`` engine (llama-cpp-python's C API)."""
+
+    gguf: Literal["bf16", "q8_0", "q4_0"] = "bf16"  # which GGUF of a model preset
+    # mmap on: weights are file-backed pages, not RssAnon; memory is then not
+    # comparable with an arm that reads them into anonymous memory
+    mmap: bool = False
+    warmup: int = Field(1, ge=0, le=10)
+    iterations: int = Field(5, ge=1, le=100)  # timed generations per process: llama-bench's default -r 5
+    hold_s: float = Field(0.5, ge=0)
+
+
+# Engines known now; an arm's params are validated against its engine's model.
+ENGINE_PARAMS: dict[str, type[BaseModel]] = {
+    "synthetic": SyntheticParams,
+    "vllm": VllmParams,
+    "llamacpp": LlamacppParams,
+}
+
+
+class Arm(SpecModel):
+    """One configuration of a sweep, run for every pass."""
+
+    name: Name
+    engine: str
+    engine_env: str | None = None  # None: the orchestrator's own python
+    model: str | None = None
+    dtype: Literal["auto", "bfloat16", "float16", "float32"] | None = None
+    quantization: str | None = None
+    context_len: int | None = Field(None, ge=1)
+    prompt_len: int = Field(128, ge=1)
+    max_tokens: int = Field(32, ge=1)
+    batch_size: int = Field(1, ge=1)
+    threads: int | None = Field(None, ge=1)
+    kv_cache_bytes: int | None = Field(None, ge=1)
+    compile_mode: Literal["eager", "compiled"] | None = None
+    # omni's vLLM patches: "all" unless the arm says (vLLM arms measure patched
+    # vLLM by default; "none" measures stock); other engines have none
+    patches: Literal["all", "none"] | list[str] = "none"
+    env: dict[EnvName, str] = {}
+    # Validated by ENGINE_PARAMS[engine] and stored with its defaults, also when
+    # omitted, so an arm's identity does not depend on spelling defaults out.
+    params: dict[str, Any] = Field(default_factory=dict, validate_default=True)
+
+    @classmethod
+    def _validate(cls, data: Any, handler: Any) -> Any:
+        if isinstance(data, dict) and "patches" not in data and data.get("engine") == "vllm":
+            data = {**data, "patches": "all"}
+        return handler(data)
+
+    @field_validator("engine")
+    @classmethod
+    def _known_engine(cls, value: str) -> str:
+        if value not in ENGINE_PARAMS:
+            raise problem(f"unknown engine {value!r} (known: {', '.join(sorted(ENGINE_PARAMS))})")
+        return value
+
+    @field_validator("patches", mode="before")
+    @classmethod
+    def _patch_choice(cls, value: Any) -> Any:
+        # Checked here so a bad value gets one message, not one per union member.
+        if value in ("all", "none"):
+            return value
+        if isinstance(value, list) and all(isinstance(p, str) and p for p in value):
+            unknown = [p for p in value if p not in vllm_names.PATCHES]
+            if unknown:
+                raise problem(f"unknown patch(es) {unknown} (known: {', '.join(vllm_names.PATCHES)})")
+            return value
+        raise problem(f"must be 'all', 'none' or a list of patch names, got {show(value)}")
+
+    @field_validator("quantization")
+    @classmethod
+    def _known_quantization(cls, value: str | None) -> str | None:
+        if value is not None and value not in vllm_names.QUANTIZATIONS:
+            raise problem(f"unknown quantization {value!r} (known: {', '.join(vllm_names.QUANTIZATIONS)})")
+        return value
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _numbers_as_text(cls, value: Any) -> Any:
+        # YAML reads `OMP_NUM_THREADS: 4` as an int; an env var is text either way.
+        if not isinstance(value, dict):
+            return value
+        return {k: _env_text(v) for k, v in value.items()}
+
+    @field_validator("params", mode="before")
+    @classmethod
+    def _engine_params(cls, value: Any, info: ValidationInfo) -> Any:
+        if isinstance(value, BaseModel):
+            value = value.model_dump()
+        engine = info.data.get("engine")  # absent when the engine itself was bad
+        if engine not in ENGINE_PARAMS or not isinstance(value, dict):
+            return value
+        return ENGINE_PARAMS[engine].model_validate(value).model_dump()
+
+    def engine_params(self) -> BaseModel:
+        """The validated params model of this arm's engine."""
+        return ENGINE_PARAMS[self.engine].model_validate(self.params)
+
+
+def _env_text(value: Any) -> Any:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    return value
+
+
+class SlotRequest(SpecModel):
+    """Where runs go: slots of ``cores`` physical cores, or explicit cpulists.
+
+    Slots run at the same time, one run each. ``cpus: "56-79"`` is one slot,
+    ``cpus: ["0-23", "56-79"]`` two; memory binds to the node owning a slot's
+    CPUs, and a slot that spans nodes is refused unless ``straddle: true``.
+    """
+
+    cores: int | None = Field(None, ge=1)  # None: all cores of the node
+    cpus: str | list[str] | None = None  # kernel cpulist(s), e.g. "0-3,8"
+    node: int | None = Field(None, ge=0)
+    smt: bool = False  # add each core's SMT siblings
+    straddle: bool = False  # allow a cpulist across nodes (memory bound to all of them)
+    count: int | None = Field(None, ge=1)  # at most this many slots
+
+    @field_validator("cpus")
+    @classmethod
+    def _cpulist(cls, value: str | list[str] | None) -> str | list[str] | None:
+        if value is None:
+            return value
+        if isinstance(value, list) and not value:
+            raise problem("must name at least one cpulist, e.g. ['0-3', '4-7']")
+        for text in [value] if isinstance(value, str) else value:
+            try:
+                cpus = parse_cpulist(text)
+            except OmniError as err:
+                raise problem(str(err)) from None
+            if not cpus:
+                raise problem("must name at least one CPU, e.g. '0-3'")
+        return value
+
+    @model_validator(mode="after")
+    def _cores_or_cpus(self) -> SlotRequest:
+        problems = []
+        if self.cores is not None and self.cpus is not None:
+            problems.append((("cpus",), "give cores or cpus, not both (cores: how many; cpus: which ones)"))
+        if self.node is not None and self.cpus is not None:
+            problems.append((("node",), "give node or cpus, not both (explicit CPUs already name their node)"))
+        if problems:
+            raise validation_error("SlotRequest", problems)
+        return self
+
+    def cpu_lists(self) -> list[list[int]] | None:
+        if self.cpus is None:
+            return None
+        return [parse_cpulist(text) for text in ([self.cpus] if isinstance(self.cpus, str) else self.cpus)]
+
+
+
+# --- identity ---
+
+
+def canonical_arm_json(arm: Arm) -> str:
+    """Deterministic JSON of the arm, defaults included: the run identity.
+
+    Every field takes part, so adding an Arm field changes every hash (a resume
+    across such a change reruns everything, which is the safe side).
+    """
+    return json.dumps(arm.model_dump(mode="json"), sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
+def arm_hash(arm: Arm) -> str:
+    return hashlib.sha256(canonical_arm_json(arm).encode()).hexdigest()
