@@ -65,7 +65,7 @@ def spaced_ticks(low: float, high: float, most: int = 9) -> list[float]:
 def forest_svg(summary: SweepSummary) -> str:
     """Ratio (arm / baseline) with its 95 % interval per (arm, metric) on a log
     axis; the grey band of each row is its +-min_effect, the verdict its color."""
-    rows = [(f"{arm} · {metric}", j.comparison) for (arm, metric), j in summary.judged.items()
+    rows = [((arm, metric), j.comparison) for (arm, metric), j in summary.judged.items()
             if j.comparison and j.comparison.ci_low]  # fmt: skip
     if not rows:
         return ""
@@ -73,18 +73,19 @@ def forest_svg(summary: SweepSummary) -> str:
     from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
     fig, ax = plt.subplots(figsize=(WIDTH_IN, 0.28 * len(rows) + 1.0))
-    for y, (_label, c) in enumerate(rows):
+    for y, ((arm, metric), c) in enumerate(rows):
         ax.fill_betweenx([y - 0.4, y + 0.4], 1 / (1 + c.min_effect), 1 + c.min_effect, color="#d0d7de", alpha=0.6, lw=0)
         color = VERDICT_COLORS[c.verdict]
-        ax.plot([c.ci_low, c.ci_high], [y, y], color=color, lw=2)
-        ax.plot([c.ratio], [y], "s", color=color, ms=5)
+        # one group per row in the SVG, <g id="forest-ARM-METRIC">: linkable, and checkable
+        ax.plot([c.ci_low, c.ci_high], [y, y], color=color, lw=2, gid=f"forest-{arm}-{metric}")
+        ax.plot([c.ratio], [y], "s", color=color, ms=5, gid=f"forest-{arm}-{metric}-ratio")
     ax.axvline(1.0, color="#24292f", lw=0.8, ls="--")
     ax.set_xscale("log")
     low, high = ax.get_xlim()
     ax.xaxis.set_major_locator(FixedLocator(spaced_ticks(low, high)))
     ax.xaxis.set_minor_locator(NullLocator())
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"×{v:g}"))
-    ax.set_yticks(range(len(rows)), [label for label, _ in rows])
+    ax.set_yticks(range(len(rows)), [f"{arm} · {metric}" for (arm, metric), _ in rows])
     ax.invert_yaxis()
     ax.set_xlabel("ratio to the baseline (geometric means, 95 % interval; grey: ±min_effect)")
     return _svg(fig)

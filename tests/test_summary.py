@@ -18,7 +18,7 @@ import yaml
 from PIL import Image
 
 from omni.errors import OmniError
-from omni.report import comparison_markdown, html_report, summary_markdown
+from omni.report import VERDICT_COLORS, comparison_markdown, html_report, summary_markdown
 from omni.retract import load_retractions, retract
 from omni.runner import validity_rules
 from omni.spec import Arm
@@ -221,8 +221,13 @@ def test_html_report_renders_in_headless_chromium(tmp_path):
     histogram = gray.histogram()  # 256 bins of gray levels
     dark = sum(histogram[:200]) / sum(histogram)
     assert 0.01 < dark < 0.6, f"{dark:.3%} of the screenshot is ink: blank or broken"
-    colored = Image.open(shot).convert("RGB").getcolors(1 << 20)
-    assert any(r > 150 and g < 80 and b < 80 for _, (r, g, b) in colored), "no red 'worse' marker drawn"
+    # every forest row is drawn in its verdict's color: 'slow' is worse, in red
+    forest = dom.split('<div id="forest">', 1)[1].split("</div>", 1)[0]
+    drawn = dict(re.findall(r'<g id="forest-([^"]+)">\s*<path [^>]*?stroke: (#[0-9a-f]{6})', forest))
+    judged = {f"{arm}-{metric}": j.comparison.verdict for (arm, metric), j in summary.judged.items()
+              if j.comparison and j.comparison.ci_low}  # fmt: skip
+    assert drawn == {row: VERDICT_COLORS[verdict] for row, verdict in judged.items()}
+    assert drawn["slow-decode_tok_s"] == VERDICT_COLORS["worse"] == "#cf222e"
 
 
 @pytest.mark.slow

@@ -3,9 +3,12 @@ passes with it on, on the tiny model in the real vLLM env."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import subprocess
+import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -30,11 +33,95 @@ def test_selection():
     assert selected("explicit_kv_cache_memory,aot_compile_cache_load") == ["explicit_kv_cache_memory", "aot_compile_cache_load"]
 
 
-def test_a_patch_whose_symbols_are_gone_fails_with_its_reason_and_nothing_breaks():
-    # the orchestrator env has no vLLM at all: the same as a symbol gone after an upgrade
+# vllm/platforms/cpu.py as vLLM 0.32 has it (the lines the patch reads), as a
+# fixed release would have it, and as a release that renamed the method would
+CPU_PLATFORM = {
+    "buggy": """
+import os
+class CpuPlatform:
+    @classmethod
+    def check_and_update_config(cls, vllm_config):
+        cache_config = vllm_config.cache_config
+        env_key = "VLLM_CPU_KVCACHE_SPACE"
+        if env_key in os.environ and os.environ[env_key] != "":
+            kv_cache_space = int(os.environ[env_key])
+            cache_config.kv_cache_memory_bytes = kv_cache_space * (1 << 30)
+""",
+    "fixed": """
+import os
+class CpuPlatform:
+    @classmethod
+    def check_and_update_config(cls, vllm_config):
+        cache_config = vllm_config.cache_config
+        env_key = "VLLM_CPU_KVCACHE_SPACE"
+        if env_key in os.environ and cache_config.kv_cache_memory_bytes is None:
+            cache_config.kv_cache_memory_bytes = int(os.environ[env_key]) * (1 << 30)
+""",
+    "renamed": """
+class CpuPlatform:
+    @classmethod
+    def update_config(cls, vllm_config):
+        pass
+""",
+}
+
+
+@pytest.fixture
+def stand_in_vllm(tmp_path, monkeypatch):
+    """A vLLM package of one module, importable here, and a fresh patch registry."""
+    from omni.vllm_plugin import patch
+
+    def install(kind: str):
+        package = tmp_path / kind / "vllm" / "platforms"
+        package.mkdir(parents=True)
+        (package.parent / "__init__.py").write_text("")
+        (package / "__init__.py").write_text("")
+        (package / "cpu.py").write_text(CPU_PLATFORM[kind])
+        monkeypatch.syspath_prepend(str(tmp_path / kind))
+        return importlib.import_module("vllm.platforms.cpu")
+
+    monkeypatch.setattr(patch, "_applied", {})
+    yield install
+    for name in [m for m in sys.modules if m == "vllm" or m.startswith("vllm.")]:
+        del sys.modules[name]
+
+
+def test_a_patch_for_a_bug_that_is_there_applies_once_and_fixes_it(stand_in_vllm, monkeypatch):
+    cpu = stand_in_vllm("buggy")
     status, detail = apply_patch("explicit_kv_cache_memory")
-    assert status == "failed" and "vllm" in detail
+    assert status == "applied" and "overwrites kv_cache_memory_bytes" in detail
     assert apply_patch("explicit_kv_cache_memory") == (status, detail)  # idempotent
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "4")
+    config = SimpleNamespace(cache_config=SimpleNamespace(kv_cache_memory_bytes=256 * MiB))
+    cpu.CpuPlatform.check_and_update_config(config)
+    assert config.cache_config.kv_cache_memory_bytes == 256 * MiB  # the arm's budget, not 4 GiB
+
+
+def test_a_patch_for_a_bug_this_vllm_has_fixed_is_not_needed_and_changes_nothing(stand_in_vllm):
+    cpu = stand_in_vllm("fixed")
+    original = cpu.CpuPlatform.check_and_update_config.__func__
+    assert apply_patch("explicit_kv_cache_memory") == ("not needed", "this vLLM does not have the bug")
+    assert cpu.CpuPlatform.check_and_update_config.__func__ is original
+
+
+def test_a_patch_whose_symbols_are_gone_fails_with_its_reason_and_nothing_breaks(stand_in_vllm):
+    cpu = stand_in_vllm("renamed")  # an upgrade renamed what the patch reads
+    status, detail = apply_patch("explicit_kv_cache_memory")
+    assert status == "failed" and detail.startswith("AttributeError") and "check_and_update_config" in detail
+    assert apply_patch("explicit_kv_cache_memory") == (status, detail)
+    assert not hasattr(cpu.CpuPlatform, "check_and_update_config")  # nothing half-applied
+
+
+def test_malloc_trim_is_not_needed_under_another_allocator(monkeypatch):
+    from omni.vllm_plugin import patch
+
+    monkeypatch.setattr(patch, "_applied", {})
+    monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))  # applied, it waits there for the worker module
+    monkeypatch.setenv("LD_PRELOAD", "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4")
+    assert apply_patch("release_memory_after_load")[0] == "not needed"
+    monkeypatch.setattr(patch, "_applied", {})
+    monkeypatch.delenv("LD_PRELOAD")
+    assert apply_patch("release_memory_after_load")[0] == "applied"  # armed for where the worker loads
 
 
 @pytest.mark.engines
