@@ -23,7 +23,6 @@ from pathlib import Path
 
 # A line the orchestrator's log reader recognises: "omni-phase: loaded"
 PHASE_PREFIX = "omni-phase: "
-PHASES = ("load", "loaded", "steady", "done")
 
 
 def mark_phase(name: str) -> None:
