@@ -41,8 +41,9 @@ def metric_kind(metric: str) -> str:
 
 
 def workload_of(arm_json: str) -> str:
-    """The arm's configuration without its name, hashed: what runs, not what it is called."""
-    config = {k: v for k, v in json.loads(arm_json).items() if k != "name"}
+    """The arm's configuration without its name, hashed: what runs, not what it is called
+    (nor whether it also has profiled passes: its timed runs are the same)."""
+    config = {k: v for k, v in json.loads(arm_json).items() if k not in ("name", "profile")}
     return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
 
 

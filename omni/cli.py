@@ -333,6 +333,55 @@ def summary(
 
 
 @app.command()
+def ops(
+    sweep_id: str = typer.Argument(..., help="sweep id (the sweep=… folder name)"),
+    results: Path = RESULTS_OPT,
+    arm: Optional[list[str]] = typer.Option(None, "--arm", help="only this arm (repeatable)"),
+    top: int = typer.Option(20, min=1, help="ops shown per arm, heaviest first"),
+    steps: str = typer.Option("decode", help="which engine steps: decode, prefill, mixed or all"),
+    against: Optional[str] = typer.Option(None, help="judge each arm's ops against this arm's (default: the baseline)"),
+    min_effect: float = typer.Option(0.05, min=0.001, max=0.99, help="smallest per-op change that matters"),
+    include_retracted: bool = RETRACTED_OPT,
+) -> None:
+    """Per arm and op, over the profiled passes: median self ms per step, share
+    of the step, calls, and the op's noise between runs; then each arm's ops
+    against the baseline's, with the verdict rule of every metric."""
+    from omni.ops import compare_ops, load_sweep_ops, op_lines
+    from omni.summary import baseline_of, sweep_spec
+
+    frame, runs = load_sweep_ops(results, sweep_id, steps, include_retracted)
+    for bad in runs[runs["status"] != "ok"].itertuples():
+        out.print(f"{bad.arm} pass {bad.pass_index}: {bad.status}: {bad.error}", highlight=False, soft_wrap=True)
+    arms = [a for a in dict.fromkeys(runs["arm"]) if not arm or a in arm]
+    lines = [line for line in op_lines(frame) if line.arm in arms]
+    table = Table("arm", "op", "runs", "ms/step", "share", "calls/step", "noise", title=f"ops of {steps} steps, {sweep_id}")
+    for name in arms:
+        for line in [x for x in lines if x.arm == name][:top]:
+            noise = f"{line.noise:.1%}" if line.noise is not None else "-"
+            flag = " (distorting)" if line.distorting else ""
+            table.add_row(name, line.op + flag, str(line.runs), f"{line.ms_per_step:.3f}", f"{line.share:.1%}",
+                          f"{line.calls_per_step:.1f}", noise)  # fmt: skip
+    out.print(table)
+    ok = frame[frame["status"] == "ok"]
+    base = against or baseline_of(sweep_spec(results, sweep_id), list(dict.fromkeys(runs["arm"])))
+    if base not in set(ok["arm"]):
+        out.print(f"no per-op verdicts: {base!r} has no ok profiled run (--against names another arm)", highlight=False)
+        return
+    for other in [a for a in arms if a != base and a in set(ok["arm"])]:
+        verdicts = Table("op", f"{base} ms", f"{other} ms", "ratio", "95 % interval", "verdict",
+                         title=f"{other} against {base}, per op (min_effect {min_effect:.0%})")  # fmt: skip
+        for c in compare_ops(ok, base, other, min_effect)[:top]:
+            j = c.comparison
+            ms = [f"{v:.3f}" if v is not None else "-" for v in (c.base_ms, c.other_ms)]
+            if j is None:
+                verdicts.add_row(c.op, *ms, "-", "-", f"only in {other if c.base_ms is None else base}")
+                continue
+            interval = f"[{j.ci_low:.3f}, {j.ci_high:.3f}]" if j.ci_low is not None else "-"
+            verdicts.add_row(c.op, *ms, f"x{j.ratio:.3f}", interval, j.verdict)
+        out.print(verdicts)
+
+
+@app.command()
 def compare(
     before: str = typer.Argument(..., help="sweep id of the reference"),
     after: str = typer.Argument(..., help="sweep id compared with it, arm by arm (same names)"),

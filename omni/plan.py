@@ -29,10 +29,11 @@ def new_sweep_id(name: str) -> str:
     return f"{name}-{stamp}-{secrets.token_hex(2)}"
 
 
-def run_id_for(sweep_id: str, arm_json: str, pass_index: int) -> str:
-    """A run's identity: a hash of the sweep, the canonical arm and the pass."""
-    digest = hashlib.sha256(f"{sweep_id}\n{arm_json}\n{pass_index}".encode()).hexdigest()
-    return digest[:16]
+def run_id_for(sweep_id: str, arm_json: str, pass_index: int, profiled: bool = False) -> str:
+    """A run's identity: a hash of the sweep, the canonical arm and the pass
+    (a profiled pass is a pass of its own)."""
+    key = f"{sweep_id}\n{arm_json}\n{pass_index}" + ("\nprofiled" if profiled else "")
+    return hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
 @dataclass(frozen=True)
@@ -95,7 +96,8 @@ def sweep_slots(loaded: LoadedSpec, sysfs_root: str | Path = "/", override: Slot
 
 
 def plan_sweep(loaded: LoadedSpec, sweep_id: str, slots: list[Slot], passes: int | None = None) -> list[PlanItem]:
-    """Every (arm, pass) in a seeded interleaved order.
+    """Every (arm, pass) in a seeded interleaved order, then the profiled
+    passes of the arms that ask for them (``profile:``), interleaved the same way.
 
     Each item's slot is a prediction (round robin, as if every run took the
     same time); at run time it gets whichever slot frees first
@@ -107,20 +109,26 @@ def plan_sweep(loaded: LoadedSpec, sweep_id: str, slots: list[Slot], passes: int
     passes = passes or sweep.passes
     # a defaulted control needs 3 passes: a --passes below that drops it too
     dropped = sweep.control_arm if sweep.control is None and passes < 3 else None
-    for pass_index in range(passes):
-        arms = [a for a in sweep.arms if a.name != dropped]
-        rng.shuffle(arms)
-        for arm in arms:
+    arms = [a for a in sweep.arms if a.name != dropped]
+    rounds = [(p, arms, False) for p in range(passes)]
+    profiled = [a for a in arms if a.profile is not None]
+    rounds += [(p, [a for a in profiled if p < a.profile.passes], True)
+               for p in range(max((a.profile.passes for a in profiled), default=0))]  # fmt: skip
+    for pass_index, round_arms, is_profiled in rounds:
+        round_arms = list(round_arms)
+        rng.shuffle(round_arms)
+        for arm in round_arms:
             order = len(items)
             items.append(
                 PlanItem(
-                    run_id=run_id_for(sweep_id, canonical_arm_json(arm), pass_index),
+                    run_id=run_id_for(sweep_id, canonical_arm_json(arm), pass_index, is_profiled),
                     sweep_id=sweep_id,
                     sweep_name=sweep.name,
                     arm=arm,
                     pass_index=pass_index,
                     order_index=order,
                     slot=slots[order % len(slots)],
+                    profiled=is_profiled,
                 )
             )
     return items
@@ -143,6 +151,7 @@ def describe_plan(
                 "wave": position // len(slots),
                 "slot": item.slot.index,
                 "pass": item.pass_index,
+                "profiled": item.profiled,
                 "arm": item.arm.name,
                 "run_id": item.run_id,
                 "node": item.slot.node,

@@ -14,7 +14,8 @@ import time
 from dataclasses import dataclass, field, replace
 
 # the engine's phase marks (omni.engines.protocol), as a person reads them
-PHASE_WORDS = {"load": "loading", "loaded": "measuring", "steady": "holding for memory", "done": "tearing down"}
+PHASE_WORDS = {"load": "loading", "loaded": "measuring", "profiling": "profiling", "steady": "holding for memory",
+               "done": "tearing down"}
 
 
 @dataclass(frozen=True)

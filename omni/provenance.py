@@ -33,6 +33,7 @@ ISA_FLAGS = frozenset({
 ENV_PREFIXES = (
     "VLLM_", "OMP_", "KMP_", "GOMP_", "MKL_", "OPENBLAS_", "ONEDNN_", "DNNL_",
     "MALLOC_", "TCMALLOC_", "TORCH_", "PYTORCH_", "LLAMA_", "GGML_",
+    "OMNI_FAULT_",  # a fault injected on purpose (omni.vllm_plugin.names.FAULT_HEAD_VAR)
 )
 ENV_NAMES = frozenset({
     "LD_PRELOAD", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES",

@@ -41,6 +41,9 @@ def summary_markdown(summary: SweepSummary) -> str:
     lines = [f"# sweep {summary.sweep_id}", ""]
     lines.append(f"spec `{summary.sweep_name}`, baseline arm `{summary.baseline}`; "
                  f"{summary.excluded} retracted run(s) left out.")  # fmt: skip
+    if summary.profiled:
+        lines[-1] += (f" {summary.profiled} profiled run(s) kept out of the verdicts "
+                      f"(the profiler distorts timing): `omni ops {summary.sweep_id}` reads them.")  # fmt: skip
     for arm in summary.arms:
         lines.append(f"- `{arm}`: {summary.ok[arm]} ok of {summary.runs[arm]} run(s)")
     lines += ["", "| arm | metric | n | median | MAD | CV | 95% CI of median | min | max | vs baseline |",
@@ -150,7 +153,7 @@ def as_json(summary: SweepSummary) -> dict:
     """A JSON-ready form of a summary (results/summaries/<sweep>.json)."""
     return {
         "sweep_id": summary.sweep_id, "sweep_name": summary.sweep_name, "baseline": summary.baseline,
-        "excluded_retracted": summary.excluded, "warnings": list(summary.warnings),
+        "excluded_retracted": summary.excluded, "profiled_runs": summary.profiled, "warnings": list(summary.warnings),
         "floors": {m: {"floor": f, "source": s} for m, (f, s) in summary.floors.items()},
         "min_effects": {m: {"min_effect": e, "source": s} for m, (e, s) in summary.min_effects.items()},
         "control": summary.control, "untrusted": summary.untrusted, "calibrations": summary.calibrations,

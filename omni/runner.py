@@ -27,6 +27,7 @@ from omni.engines.protocol import PHASE_PREFIX
 from omni.iterations import run_metrics
 from omni.mempolicy import describe_nodes, node_list
 from omni.progress import BOARD
+from omni.ops import head_rule, read_torch_trace
 from omni.placement import REMOTE_WARN_LOCAL, explain_busy, measure_busy, numactl_path, pin_argv, verify_binding
 from omni.provenance import behaviour_env, merge_engine_provenance
 from omni.reaper import RUN_ID_VAR, Watchdog, reap_run
@@ -43,9 +44,11 @@ STDERR_TAIL_LINES = 60
 # "ValueError: No available memory for the cache blocks. Try ..."
 EXCEPTION_LINE = re.compile(r"\b([A-Z]\w*(?:Error|Exception)): (.+)$")
 # what the engine reports as metrics; the timed ones come as raw iterations (omni.iterations)
-ENGINE_METRICS = ("load_s", "kv_cache_bytes_effective")
-# a row's per-iteration records, taken off by run_and_store into the iterations table
+ENGINE_METRICS = ("load_s", "kv_cache_bytes_effective", "profile_overhead")
+# a row's side-table records, taken off by run_and_store into results/<table>
 ITERATIONS_KEY = "_iterations"
+OPS_KEY = "_ops"
+SIDE_KEYS = {"iterations": ITERATIONS_KEY, "ops": OPS_KEY}
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,7 @@ class PlanItem:
     order_index: int
     slot: Slot
     attempt: int = 1
+    profiled: bool = False  # a profiled pass (profile:): per-op times, never a timed pass
 
 
 @dataclass(frozen=True)
@@ -88,6 +92,7 @@ def engine_arm_payload(item: PlanItem, res: ArmResources, workdir: Path) -> dict
     payload["run_id"] = item.run_id
     payload["slot"] = {"cpus": list(item.slot.cpus), "node": item.slot.node, "mems": list(item.slot.mems)}
     payload["threads_effective"] = item.arm.threads or len(item.slot.cpus)
+    payload["profiled"] = item.profiled
     return payload
 
 
@@ -223,7 +228,7 @@ def base_row(ctx: RunContext, item: PlanItem) -> dict:
         **ctx.provenance,
         "run_id": item.run_id, "sweep_id": item.sweep_id, "sweep_name": item.sweep_name,
         "arm": arm.name, "pass_index": item.pass_index, "order_index": item.order_index,
-        "attempt": item.attempt, "forced": False,
+        "attempt": item.attempt, "forced": False, "profiled": item.profiled,
         "engine": arm.engine, "engine_env": env_name(arm), "model": arm.model,
         "mmap": params.model_dump().get("mmap"),
         "dtype": arm.dtype, "quantization": arm.quantization, "kv_cache_bytes": arm.kv_cache_bytes,
@@ -335,8 +340,30 @@ def fill_metrics(row: dict, proc: EngineProcess, result: dict) -> None:
     row.update(summarize(proc.sampler))
     row["patch_report"] = result.get("patch_report")
     row["engine_config"] = result.get("config")
+    row["engine_perf"] = result.get("perf")
     merge_engine_provenance(row, result.get("provenance", {}))
+    if row.get("profiled") and row["status"] == "ok":
+        fill_profile(row, result.get("profile") or {})
 
+
+def fill_profile(row: dict, profile: dict) -> None:
+    """A profiled run's ops (one record per step, op and shapes), and the rules
+    that read them: a run whose profile is missing, or that shows a bf16
+    output head its arm says is quantized, is ``invalid``."""
+    try:
+        records = read_torch_trace(Path(profile["trace_dir"])) if profile.get("trace_dir") else profile.get("records")
+    except (OSError, ValueError) as err:
+        row.update(status="invalid", error=f"profiled run: {err}")
+        return
+    if not records:
+        row.update(status="invalid", error="profiled run: the engine traced no step (result.json has no profile)")
+        return
+    row[OPS_KEY] = records
+    row["profile_steps"] = len({r["step"] for r in records})
+    head = profile.get("head_shape")  # [vocab, hidden], as the engine loaded the model
+    why = head_rule(row, records, *head) if head else None
+    if why:
+        row.update(status="invalid", error=why)
 
 def fill_binding(row: dict, proc: EngineProcess, item: PlanItem, method: str) -> None:
     sampler = proc.sampler

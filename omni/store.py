@@ -34,7 +34,7 @@ from omni.errors import OmniError
 if TYPE_CHECKING:
     import pandas as pd
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 STATUSES = ("ok", "failed", "timeout", "refused", "invalid")
 BINDING_METHODS = ("numactl", "sched_setaffinity", "none")
@@ -104,6 +104,8 @@ COLUMNS: tuple[Column, ...] = (
         ("exit_code", _I32, None, "exit status of the engine process; negative = killed by signal"),
         ("stderr_tail", _STR, None, "last lines of the engine's stderr"),
         ("forced", _BOOL, None, "run despite a refusal (e.g. busy cores), by request"),
+        ("profiled", _BOOL, None, "a profiled pass (the arm's profile:): per-op times in results/ops, its "
+         "timings distorted by the profiler and kept out of every verdict (v5; null before: not profiled)"),
     ),
     *_group(
         "arm",
@@ -183,6 +185,11 @@ COLUMNS: tuple[Column, ...] = (
         ("pss_interval_ms", _F64, "ms", "interval between Pss samples"),
         ("kv_cache_bytes_effective", _I64, "B", "KV cache the engine actually allocated"),
         ("n_procs", _I32, None, "most processes seen at once in the engine's tree"),
+        ("profile_steps", _I32, None, "engine steps traced by a profiled run, one row each per op in results/ops (v5)"),
+        ("profile_overhead", _F64, None, "a profiled run's median decode step time while traced over the same "
+         "run's untraced one: what the profiler costs (v5)"),
+        ("engine_perf", _STR, None, "the engine's own phase totals (llama.cpp: llama_perf_context's load, "
+         "prompt eval and eval ms and token counts), JSON object (v5)", _JSON),
     ),
     *_group(
         "provenance",
@@ -421,30 +428,42 @@ def _write_once(final: Path, table: pa.Table) -> Path:
     return final
 
 
-# ------------------------------------------------------------------ iterations
+# ------------------------------------------------------- iterations and ops
 
-# One row per timed iteration of a run, in results/iterations/sweep=<id>/<run_id>.parquet,
-# written just before the run's own row (the run row is the commit: an
-# iterations file without one is a run that never finished storing).
+# Side tables, one file per run in results/<kind>/sweep=<id>/<run_id>.parquet,
+# written just before the run's own row (the run row is the commit: a side
+# file without one is a run that never finished storing).
+# iterations: one row per timed iteration of a run.
 ITERATION_SCHEMA = pa.schema([
     ("run_id", _STR), ("sweep_id", _STR), ("arm", _STR), ("pass_index", _I32), ("iteration", _I32),
     ("ttft_ms", _F64), ("prefill_tok_s", _F64), ("decode_tok_s", _F64), ("e2e_s", _F64), ("tpot_ms", _F64),
     ("steps", _I32), ("itl_p50_ms", _F64), ("itl_p90_ms", _F64), ("itl_p99_ms", _F64),
     ("step_ms", pa.list_(_F64)),
 ])  # fmt: skip
+# ops: one row per (profiled run, engine step, op, input shapes and types), omni.ops.
+OPS_SCHEMA = pa.schema([
+    ("run_id", _STR), ("sweep_id", _STR), ("arm", _STR), ("pass_index", _I32), ("step", _I32),
+    ("step_kind", _STR), ("step_ms", _F64), ("op", _STR), ("shapes", _STR), ("dtypes", _STR),
+    ("calls", _I32), ("self_ms", _F64), ("method", _STR), ("distorting", _BOOL),
+])  # fmt: skip
+SIDE_TABLES = {"iterations": ITERATION_SCHEMA, "ops": OPS_SCHEMA}
+_SIDE_IDS = ("run_id", "sweep_id", "arm", "pass_index")
 
 
-def iterations_path(results_dir: Path, sweep_id: str, run_id: str) -> Path:
+def side_path(results_dir: Path, kind: str, sweep_id: str, run_id: str) -> Path:
     run_path(results_dir, sweep_id, run_id)  # the same checks on the ids
-    return Path(results_dir) / "iterations" / f"sweep={sweep_id}" / f"{run_id}.parquet"
+    return Path(results_dir) / kind / f"sweep={sweep_id}" / f"{run_id}.parquet"
 
 
-def write_iterations(results_dir: Path, row: Mapping[str, Any], iterations: list[Mapping[str, Any]]) -> Path:
-    """Store a run's iterations (dicts with ITERATION_SCHEMA's metric keys)."""
-    ids = {k: row.get(k) for k in ("run_id", "sweep_id", "arm", "pass_index")}
-    records = [{**ids, **{f.name: it.get(f.name) for f in ITERATION_SCHEMA if f.name not in ids}} for it in iterations]
-    table = pa.Table.from_pylist(records, schema=ITERATION_SCHEMA)
-    final = iterations_path(results_dir, ids["sweep_id"], ids["run_id"])
+def write_side_table(results_dir: Path, kind: str, row: Mapping[str, Any], records: list[Mapping[str, Any]]) -> Path:
+    """Store a run's records of side table ``kind`` (dicts with its schema's keys)."""
+    table_schema = SIDE_TABLES[kind]
+    ids = {k: row.get(k) for k in _SIDE_IDS}
+    table = pa.Table.from_pylist(
+        [{**ids, **{f.name: r.get(f.name) for f in table_schema if f.name not in ids}} for r in records],
+        schema=table_schema,
+    )
+    final = side_path(results_dir, kind, ids["sweep_id"], ids["run_id"])
     if final.exists() and not run_path(results_dir, ids["sweep_id"], ids["run_id"]).exists():
         # left by a store interrupted between the two files: the run never
         # committed, and this rerun replaces it; kept, hidden from readers
@@ -452,18 +471,35 @@ def write_iterations(results_dir: Path, row: Mapping[str, Any], iterations: list
     return _write_once(final, table)
 
 
-def load_iterations(results_dir: Path, sweep_id: str | None = None) -> pd.DataFrame:
-    """Every stored iteration of committed runs, of all sweeps or of one."""
+def load_side_table(results_dir: Path, kind: str, sweep_id: str | None = None) -> pd.DataFrame:
+    """Every stored record of side table ``kind`` of committed runs, of all sweeps or of one."""
     import pandas as pd
 
-    base = Path(results_dir) / "iterations"
+    table_schema = SIDE_TABLES[kind]
+    base = Path(results_dir) / kind
     files = sorted((base / (f"sweep={sweep_id}" if sweep_id else "")).glob("*.parquet" if sweep_id else "sweep=*/*.parquet"))
-    # only committed runs: an iterations file is written just before its run's row
+    # only committed runs: a side file is written just before its run's row
     committed = {(p.parent.name, p.stem) for p in run_files(results_dir, sweep_id)}
     files = [p for p in files if not p.name.startswith((".", "_")) and (p.parent.name, p.stem) in committed]
     if not files:
-        return pd.DataFrame({f.name: pd.Series(dtype=object) for f in ITERATION_SCHEMA})
-    return pa.concat_tables(pq.read_table(p, schema=ITERATION_SCHEMA) for p in files).to_pandas()
+        return pd.DataFrame({f.name: pd.Series(dtype=object) for f in table_schema})
+    return pa.concat_tables(pq.read_table(p, schema=table_schema) for p in files).to_pandas()
+
+
+def iterations_path(results_dir: Path, sweep_id: str, run_id: str) -> Path:
+    return side_path(results_dir, "iterations", sweep_id, run_id)
+
+
+def write_iterations(results_dir: Path, row: Mapping[str, Any], iterations: list[Mapping[str, Any]]) -> Path:
+    return write_side_table(results_dir, "iterations", row, iterations)
+
+
+def load_iterations(results_dir: Path, sweep_id: str | None = None) -> pd.DataFrame:
+    return load_side_table(results_dir, "iterations", sweep_id)
+
+
+def load_ops(results_dir: Path, sweep_id: str | None = None) -> pd.DataFrame:
+    return load_side_table(results_dir, "ops", sweep_id)
 
 
 def _already_stored(path: Path) -> OmniError:
@@ -529,7 +565,13 @@ def _v3_to_v4(table: pa.Table) -> pa.Table:
     return table
 
 
-UPGRADES: dict[int, Callable[[pa.Table], pa.Table]] = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4}
+def _v4_to_v5(table: pa.Table) -> pa.Table:
+    """v5 added profiled, profile_steps, profile_overhead and engine_perf: no
+    run was profiled before, and the engines did not report phase totals."""
+    return table
+
+
+UPGRADES: dict[int, Callable[[pa.Table], pa.Table]] = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4, 4: _v4_to_v5}
 
 
 def upgrade_table(table: pa.Table, columns: list[str] | None = None) -> pa.Table:
@@ -708,8 +750,14 @@ __all__ = [
     "SCHEMA_VERSION",
     "STATUSES",
     "ITERATION_SCHEMA",
+    "OPS_SCHEMA",
+    "SIDE_TABLES",
     "UPGRADES",
     "iterations_path",
+    "load_ops",
+    "load_side_table",
+    "side_path",
+    "write_side_table",
     "load_iterations",
     "list_temp_files",
     "load_runs",

@@ -96,6 +96,13 @@ def ok_rows(results: Path, sweep_id: str, include_retracted: bool = False) -> tu
     if frame.empty:
         raise OmniError(f"all {excluded} run(s) of sweep {sweep_id} are retracted; --include-retracted shows them")
     frame = frame.sort_values("order_index")
+    # profiled passes: their timings carry the profiler's cost, so no verdict
+    # reads them (omni ops does); counted, in frame.attrs["profiled"]
+    profiled = frame["profiled"].eq(True)
+    frame = frame[~profiled]
+    frame.attrs["profiled"] = int(profiled.sum())
+    if frame.empty:
+        raise OmniError(f"every run of sweep {sweep_id} is a profiled pass: omni ops {sweep_id} reads them")
     return frame[frame["status"] == "ok"], frame, excluded
 
 
@@ -226,6 +233,7 @@ class SweepSummary:
     ok: dict[str, int]
     excluded: int
     warnings: tuple[str, ...] = field(default_factory=tuple)
+    profiled: int = 0  # profiled passes, kept out of every verdict (omni ops reads them)
     values: dict[tuple[str, str], list[float]] = field(default_factory=dict)
     calibrations: dict[str, str] = field(default_factory=dict)  # arm -> the calibration of its workload, or "none"
     provenance: dict = field(default_factory=dict)  # sweep-wide and per-arm facts (:func:`sweep_provenance`)
@@ -322,6 +330,7 @@ def summarize_sweep(results: Path, sweep_id: str, include_retracted: bool = Fals
         runs={a: int((frame["arm"] == a).sum()) for a in arms}, ok={a: int((ok["arm"] == a).sum()) for a in arms},
         excluded=excluded, warnings=tuple(warnings), values=values, control=control, untrusted=untrusted,
         calibrations={arm: c.source for arm, c in calibrations.items()}, provenance=provenance,
+        profiled=frame.attrs.get("profiled", 0),
     )  # fmt: skip
 
 
@@ -495,10 +504,10 @@ def spec_runs(results: Path, sweep_name: str, include_retracted: bool = False) -
     """The ok, unretracted runs of every sweep of one spec name: only the
     columns the nightly comparison and the trend plots read."""
     spreads = [c for c in COLUMNS_BY_NAME if c.endswith("_iter_sd_log")]
-    columns = ["sweep_id", "sweep_name", "arm", "arm_json", "status", "run_id", "host", "started_at", "iterations",
+    columns = ["sweep_id", "sweep_name", "arm", "arm_json", "status", "profiled", "run_id", "host", "started_at", "iterations",
                "warning_rules", "mmap", *spreads, *metric_columns()]  # fmt: skip
     frame = load_runs(Path(results), columns=columns)
-    frame = frame[(frame["sweep_name"] == sweep_name) & (frame["status"] == "ok")]
+    frame = frame[(frame["sweep_name"] == sweep_name) & (frame["status"] == "ok") & ~frame["profiled"].eq(True)]
     return without_retracted(frame, results, include_retracted)[0]
 
 

