@@ -197,3 +197,28 @@ def test_profiled_vllm_runs_store_ops_and_a_mislabeled_int4_head_is_invalid(tmp_
     gemm_steps = set(lied.loc[lied["op"].isin(ops.DENSE_GEMM_OPS), "step"])
     assert set(head["step"]) == gemm_steps and len(gemm_steps) >= 4  # every step that ran a GEMM ran the head in bf16
     assert list(Path(results, "logs").rglob("*.pt.trace.json.gz"))  # the raw trace, kept gzipped
+
+
+@pytest.mark.engines
+@pytest.mark.timeout(300)
+def test_a_profiled_llamacpp_run_times_every_node_and_labels_it_distorting(tmp_path):
+    from omni.sweep import prepare_sweep, run_and_store
+    from tests.test_engines import write_spec
+
+    arm = {"name": "llama", "engine": "llamacpp", "model": "tiny-llama", "context_len": 96, "prompt_len": 32,
+           "max_tokens": 4, "batch_size": 2, "params": {"gguf": "bf16"}, "profile": {"steps": 5, "passes": 1}}  # fmt: skip
+    results = tmp_path / "results"
+    prepared = prepare_sweep(write_spec(tmp_path, [arm]), results=results)
+    timed, profiled = (run_and_store(prepared.context, item) for item in prepared.items)
+    for row in (timed, profiled):
+        perf = json.loads(row["engine_perf"]) if isinstance(row["engine_perf"], str) else row["engine_perf"]
+        assert row["status"] == "ok" and perf["t_load_ms"] > 0 and perf["n_p_eval"] > 0  # phase totals, every run
+        assert perf["t_p_eval_ms"] > 0  # timed: llama.cpp's contexts collect no timings unless asked
+    assert not timed["profiled"] and profiled["profiled"] and profiled["profile_steps"] == 5
+    assert profiled["profile_overhead"] > 0
+    frame = store.load_ops(results, prepared.items[0].sweep_id)
+    assert set(frame["run_id"]) == {profiled["run_id"]} and frame["distorting"].all()
+    assert set(frame["method"]) == {ops.GGML_EVAL_CALLBACK} and list(frame.drop_duplicates("step")["step_kind"])[:2] == ["prefill", "decode"]
+    head = frame[(frame["op"] == "MUL_MAT") & frame["shapes"].str.contains("32000")]
+    assert set(head["step"]) == set(range(5)) and set(head["dtypes"]).pop().startswith("bf16")  # the head, every step
+    assert ops.head_rule({"quantization": None, "engine_params": {}}, frame.to_dict("records"), VOCAB, HIDDEN) is None

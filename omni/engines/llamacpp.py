@@ -6,8 +6,10 @@ per step with a token per sequence, greedy. Timings are wall clock around
 those calls, each decode step timed on its own, ``iterations`` times after
 warm-up with the KV cache cleared in between; llama.cpp's own
 ``llama_perf_context`` totals over the timed iterations are kept beside them
-(it files every multi-token decode under prompt eval, so with a batch its
-split is not comparable).
+in ``engine_perf`` (it files every multi-token decode under prompt eval, so
+with a batch its split is not comparable). A profiled pass then times every
+graph node of ``profile.steps`` steps through ggml's eval callback
+(:class:`NodeTimer`).
 
 With ``mmap: true`` the weights are file-backed pages, not RssAnon: the row
 records the mode and memory must not be compared across modes.
@@ -16,6 +18,8 @@ records the mode and memory must not be compared across modes.
 from __future__ import annotations
 
 import ctypes
+import json
+import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,6 +96,13 @@ def load(path: Path, arm: dict) -> Loaded:
     model = llama_cpp.llama_model_load_from_file(str(path).encode(), mparams)
     if not model:
         raise RuntimeError(f"llama.cpp could not load {path}")
+    ctx, n_ctx = new_context(llama_cpp, model, arm)
+    n_vocab = llama_cpp.llama_vocab_n_tokens(llama_cpp.llama_model_get_vocab(model))
+    return Loaded(model, ctx, n_vocab, n_ctx)
+
+
+def new_context(llama_cpp, model, arm: dict, cb_eval=None) -> tuple[object, int]:
+    """A context with one KV stream per sequence; ``cb_eval``: ggml's eval callback."""
     batch, prompt_len = arm["batch_size"], arm["prompt_len"]
     per_seq = arm.get("context_len") or prompt_len + arm["max_tokens"]
     cparams = llama_cpp.llama_context_default_params()
@@ -99,16 +110,130 @@ def load(path: Path, arm: dict) -> Loaded:
     cparams.n_batch = cparams.n_ubatch = max(batch * prompt_len, 512)
     cparams.n_seq_max = batch
     cparams.n_threads = cparams.n_threads_batch = arm["threads_effective"]
+    cparams.no_perf = False  # llama_perf_context's timings (off by default: all zeros)
+    if cb_eval is not None:
+        cparams.cb_eval = cb_eval
     ctx = llama_cpp.llama_init_from_model(model, cparams)
     if not ctx:
         raise RuntimeError(f"llama.cpp could not create a context of {cparams.n_ctx} tokens")
-    n_vocab = llama_cpp.llama_vocab_n_tokens(llama_cpp.llama_model_get_vocab(model))
-    return Loaded(model, ctx, n_vocab, cparams.n_ctx)
+    return ctx, cparams.n_ctx
 
 
-def generate(lm: Loaded, arm: dict, prompts: list[list[int]]) -> dict:
+def profile(lm: Loaded, arm: dict, prompts: list[list[int]], steps: int, untraced: list[dict]) -> tuple[dict, float | None]:
+    """``steps`` steps with every node timed (:class:`NodeTimer`), in a context of
+    their own: the timed iterations ran without the callback. Returns the
+    profile and the overhead, median traced decode step over median untraced."""
+    import llama_cpp
+
+    timer = NodeTimer(llama_cpp, steps)
+    llama_cpp.llama_free(lm.ctx)
+    lm.ctx, _ = new_context(llama_cpp, lm.model, arm, timer.callback)
+    while timer.step < steps - 1:
+        generate(lm, arm, prompts, timer)
+        if timer.error:
+            raise RuntimeError(f"ggml eval callback failed: {timer.error}")
+    traced = [ms for kind, ms in timer.step_ms.values() if kind == "decode"]
+    plain = [s * 1000 for it in untraced for s in it["step_s"]]
+    overhead = statistics.median(traced) / statistics.median(plain) if traced and plain else None
+    head = [llama_cpp.llama_vocab_n_tokens(llama_cpp.llama_model_get_vocab(lm.model)), llama_cpp.llama_model_n_embd(lm.model)]
+    return {"records": timer.records(), "head_shape": head}, overhead
+
+
+class _Tensor(ctypes.Structure):
+    """The head of ggml's ``struct ggml_tensor`` (ggml.h), as far as omni reads it."""
+
+    _fields_ = [("type", ctypes.c_int), ("buffer", ctypes.c_void_p), ("ne", ctypes.c_int64 * 4),
+                ("nb", ctypes.c_size_t * 4), ("op", ctypes.c_int), ("op_params", ctypes.c_int32 * 16),
+                ("flags", ctypes.c_int32), ("src", ctypes.c_void_p * 10)]  # fmt: skip
+
+
+class NodeTimer:
+    """Per-node times of a profiled pass, from ggml's eval callback (``cb_eval``).
+
+    Asked about every node, the callback says yes, so the scheduler computes
+    each node on its own and calls back when it is done: the time between the
+    two calls is that node's. Computing nodes one by one (synchronized each
+    time) distorts the step, so these times are for shares, not absolutes.
+    One record per (step, op, shapes, types): calls and ms, as omni.ops keeps
+    them for every engine.
+    """
+
+    def __init__(self, llama_cpp, steps: int) -> None:
+        lib = ctypes.CDLL(str(next((Path(llama_cpp.__file__).parent / "lib").glob("libggml-base.so*"))))
+        for name in ("ggml_op_desc", "ggml_type_name", "ggml_nelements"):
+            getattr(lib, name).argtypes = [ctypes.c_void_p] if name != "ggml_type_name" else [ctypes.c_int]
+        lib.ggml_op_desc.restype = lib.ggml_type_name.restype = ctypes.c_char_p
+        lib.ggml_nelements.restype = ctypes.c_int64
+        self.lib, self.steps = lib, steps
+        self.callback = llama_cpp.ggml_backend_sched_eval_callback(self._eval)
+        self.step, self.kind, self.started, self.asked = -1, "", 0.0, 0.0
+        self.totals: dict[tuple, list] = {}
+        self.step_ms: dict[int, tuple[str, float]] = {}
+        self.error: str | None = None
+
+    @property
+    def tracing(self) -> bool:
+        return 0 <= self.step < self.steps
+
+    def begin(self, kind: str) -> None:
+        self.step += 1
+        self.kind, self.started = kind, time.perf_counter()
+
+    def end(self) -> None:
+        if self.tracing:
+            self.step_ms[self.step] = (self.kind, (time.perf_counter() - self.started) * 1000)
+
+    def _eval(self, tensor, ask, _user_data) -> bool:
+        # an exception would die inside ggml's C caller: kept, and raised after the step
+        try:
+            return self._observe(tensor, ask)
+        except Exception as err:  # noqa: BLE001
+            self.error = self.error or f"{type(err).__name__}: {err}"
+            return False
+
+    def _observe(self, tensor, ask) -> bool:
+        if ask:
+            self.asked = time.perf_counter()
+            return self.tracing
+        ms = (time.perf_counter() - self.asked) * 1000
+        t = _Tensor.from_address(tensor)
+        if self.lib.ggml_nelements(tensor) != t.ne[0] * t.ne[1] * t.ne[2] * t.ne[3]:
+            raise RuntimeError("ggml_tensor's layout is not the one omni reads (ggml.h changed?)")
+        sources = [_Tensor.from_address(p) for p in t.src if p]
+        shapes = json.dumps([_dims(src.ne) for src in sources])
+        types = ",".join(self.lib.ggml_type_name(src.type).decode() for src in sources)
+        entry = self.totals.setdefault((self.step, self.lib.ggml_op_desc(tensor).decode(), shapes, types), [0, 0.0])
+        entry[0] += 1
+        entry[1] += ms
+        return True  # go on computing
+
+    def records(self) -> list[dict]:
+        return [{"step": step, "step_kind": self.step_ms[step][0], "step_ms": self.step_ms[step][1], "op": op,
+                 "shapes": shapes, "dtypes": types, "calls": calls, "self_ms": ms,
+                 "method": "ggml eval callback", "distorting": True}
+                for (step, op, shapes, types), (calls, ms) in sorted(self.totals.items()) if step in self.step_ms]  # fmt: skip
+
+
+def _dims(ne) -> list[int]:
+    """ggml's ne (innermost first, padded with 1s) without the padding."""
+    dims = list(ne)
+    while len(dims) > 1 and dims[-1] == 1:
+        dims.pop()
+    return dims
+
+
+class _NoTracer:
+    def begin(self, kind: str) -> None:
+        pass
+
+    def end(self) -> None:
+        pass
+
+
+def generate(lm: Loaded, arm: dict, prompts: list[list[int]], tracer=_NoTracer()) -> dict:
     """Prefill all sequences, then decode step by step: the raw times of
-    :mod:`omni.iterations` (first token, end, each decode step's wall time)."""
+    :mod:`omni.iterations` (first token, end, each decode step's wall time).
+    ``tracer`` is told where each step (one ``llama_decode``) begins and ends."""
     import llama_cpp
 
     ctx, n_vocab = lm.ctx, lm.n_vocab
@@ -117,7 +242,9 @@ def generate(lm: Loaded, arm: dict, prompts: list[list[int]]) -> dict:
     entries = [(tok, pos, s, pos == prompt_len - 1) for s, p in enumerate(prompts) for pos, tok in enumerate(p)]
     t0 = time.perf_counter()
     batch = build_batch(llama_cpp, entries, len(entries), batch_n)
+    tracer.begin("prefill")
     rc = llama_cpp.llama_decode(ctx, batch)
+    tracer.end()
     if rc != 0:
         raise RuntimeError(f"llama_decode failed on the prefill (rc {rc}): context of {lm.n_ctx} tokens too small?")
     last = [greedy(llama_cpp, ctx, (s + 1) * prompt_len - 1, n_vocab) for s in range(batch_n)]
@@ -131,7 +258,9 @@ def generate(lm: Loaded, arm: dict, prompts: list[list[int]]) -> dict:
             step.token[s], step.pos[s], step.n_seq_id[s], step.logits[s] = last[s], prompt_len + k - 1, 1, True
             step.seq_id[s][0] = s
         step.n_tokens = batch_n
+        tracer.begin("decode")
         rc = llama_cpp.llama_decode(ctx, step)
+        tracer.end()
         if rc != 0:
             raise RuntimeError(f"llama_decode failed at decode step {k} (rc {rc})")
         last = [greedy(llama_cpp, ctx, s, n_vocab) for s in range(batch_n)]
@@ -170,16 +299,23 @@ def run(arm: dict) -> dict:
     prompts = token_prompts(batch, prompt_len, lm.n_vocab)
     iterations = [generate(lm, arm, prompts) for _ in range(params["iterations"])]  # KV cleared each time
     perf = llama_cpp.llama_perf_context(lm.ctx)
+    metrics = {"load_s": load_s, "kv_cache_bytes_effective": kv_bytes(lm)}
+    traced = {}
+    if arm.get("profiled"):
+        mark_phase("profiling")
+        traced, metrics["profile_overhead"] = profile(lm, arm, prompts, arm["profile"]["steps"], iterations)
     mark_phase("steady")
     time.sleep(params["hold_s"])
     return {
-        "metrics": {"load_s": load_s, "kv_cache_bytes_effective": kv_bytes(lm)},
+        "metrics": metrics,
         "iterations": iterations,
-        "config": {
-            "n_ctx": lm.n_ctx, "threads": arm["threads_effective"], "mmap": params["mmap"], "gguf": path.name,
-            "llama_perf": {"t_p_eval_ms": perf.t_p_eval_ms, "n_p_eval": perf.n_p_eval,
-                           "t_eval_ms": perf.t_eval_ms, "n_eval": perf.n_eval},
-        },
+        "profile": traced,
+        # llama.cpp's own phase totals over the timed iterations (t_load_ms: the
+        # whole load); with a batch, every decode is a multi-token one, which it
+        # files under prompt eval, so its split is not vLLM's prefill/decode
+        "perf": {"t_load_ms": perf.t_load_ms, "t_p_eval_ms": perf.t_p_eval_ms, "n_p_eval": perf.n_p_eval,
+                 "t_eval_ms": perf.t_eval_ms, "n_eval": perf.n_eval, "n_reused": perf.n_reused},
+        "config": {"n_ctx": lm.n_ctx, "threads": arm["threads_effective"], "mmap": params["mmap"], "gguf": path.name},
         "provenance": {
             "engine_version": f"llama-cpp-python {llama_cpp.__version__}",
             "engine_commit": ggml_commit(),
