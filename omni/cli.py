@@ -92,7 +92,8 @@ def print_plan(prepared, results: Path) -> None:
         out.print("  (topology from a sysfs fixture: placement is planned, not applied)", highlight=False)
     for p in plan:
         out.print(
-            f"[bold]#{p['order']}[/] wave {p['wave']} slot {p['slot']} pass {p['pass']} arm {p['arm']} "
+            f"[bold]#{p['order']}[/] wave {p['wave']} slot {p['slot']} {'profiled ' if p['profiled'] else ''}"
+            f"pass {p['pass']} arm {p['arm']} "
             f"run {p['run_id']} node {p['node']} cpus {format_cpulist(p['cpus'])} "
             f"membind {format_cpulist(p['membind'])} via {p['method']}",
             highlight=False,
@@ -341,6 +342,7 @@ def ops(
     steps: str = typer.Option("decode", help="which engine steps: decode, prefill, mixed or all"),
     against: Optional[str] = typer.Option(None, help="judge each arm's ops against this arm's (default: the baseline)"),
     min_effect: float = typer.Option(0.05, min=0.001, max=0.99, help="smallest per-op change that matters"),
+    by_shape: bool = typer.Option(False, "--by-shape", help="one line per op and input shapes (the head's GEMM apart)"),
     include_retracted: bool = RETRACTED_OPT,
 ) -> None:
     """Per arm and op, over the profiled passes: median self ms per step, share
@@ -350,6 +352,8 @@ def ops(
     from omni.summary import baseline_of, sweep_spec
 
     frame, runs = load_sweep_ops(results, sweep_id, steps, include_retracted)
+    if by_shape:
+        frame = frame.assign(op=frame["op"] + " " + frame["shapes"].fillna(""))
     for bad in runs[runs["status"] != "ok"].itertuples():
         out.print(f"{bad.arm} pass {bad.pass_index}: {bad.status}: {bad.error}", highlight=False, soft_wrap=True)
     arms = [a for a in dict.fromkeys(runs["arm"]) if not arm or a in arm]

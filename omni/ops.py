@@ -291,7 +291,7 @@ def load_sweep_ops(results: Path, sweep_id: str, steps: str = "decode", include_
     """(ops of the sweep's profiled runs, their run rows): the ops of steps of
     kind ``steps``, with each op record's run status beside it."""
     from omni.errors import OmniError
-    from omni.store import load_ops, load_runs
+    from omni.store import load_ops, load_runs, profiled
     from omni.summary import without_retracted
 
     if steps not in STEP_KINDS:
@@ -299,7 +299,7 @@ def load_sweep_ops(results: Path, sweep_id: str, steps: str = "decode", include_
     runs = load_runs(Path(results), sweep_id=sweep_id)
     if runs.empty:
         raise OmniError(f"no rows for sweep {sweep_id!r} under {Path(results) / 'runs'}")
-    runs = without_retracted(runs[runs["profiled"].eq(True)], results, include_retracted)[0]
+    runs = without_retracted(runs[profiled(runs)], results, include_retracted)[0]
     if runs.empty:
         raise OmniError(f"sweep {sweep_id} has no profiled run: give an arm profile: {{steps: 16}} to get some")
     ops = load_ops(Path(results), sweep_id)

@@ -502,6 +502,11 @@ def load_ops(results_dir: Path, sweep_id: str | None = None) -> pd.DataFrame:
     return load_side_table(results_dir, "ops", sweep_id)
 
 
+def profiled(frame: pd.DataFrame) -> pd.Series:
+    """Which rows are profiled passes: True, never null (rows before v5 were none)."""
+    return frame["profiled"].eq(True).fillna(False).astype(bool)
+
+
 def _already_stored(path: Path) -> OmniError:
     return OmniError(
         f"run file {path} already exists: results are never rewritten; "
@@ -756,6 +761,7 @@ __all__ = [
     "iterations_path",
     "load_ops",
     "load_side_table",
+    "profiled",
     "side_path",
     "write_side_table",
     "load_iterations",

@@ -36,6 +36,7 @@ from omni.stats import (
     within_run_variance,
 )
 from omni.store import COLUMNS, COLUMNS_BY_NAME, load_runs
+from omni.store import profiled as is_profiled
 
 # rows carry these rules from the runner; a comparison over such rows warns
 ROW_RULES = ("context_len_unset", "prompt_len_le_1", "forced_busy", "teardown_crash", "placement_simulated")
@@ -98,7 +99,7 @@ def ok_rows(results: Path, sweep_id: str, include_retracted: bool = False) -> tu
     frame = frame.sort_values("order_index")
     # profiled passes: their timings carry the profiler's cost, so no verdict
     # reads them (omni ops does); counted, in frame.attrs["profiled"]
-    profiled = frame["profiled"].eq(True)
+    profiled = is_profiled(frame)
     frame = frame[~profiled]
     frame.attrs["profiled"] = int(profiled.sum())
     if frame.empty:
@@ -507,7 +508,7 @@ def spec_runs(results: Path, sweep_name: str, include_retracted: bool = False) -
     columns = ["sweep_id", "sweep_name", "arm", "arm_json", "status", "profiled", "run_id", "host", "started_at", "iterations",
                "warning_rules", "mmap", *spreads, *metric_columns()]  # fmt: skip
     frame = load_runs(Path(results), columns=columns)
-    frame = frame[(frame["sweep_name"] == sweep_name) & (frame["status"] == "ok") & ~frame["profiled"].eq(True)]
+    frame = frame[(frame["sweep_name"] == sweep_name) & (frame["status"] == "ok") & ~is_profiled(frame)]
     return without_retracted(frame, results, include_retracted)[0]
 
 

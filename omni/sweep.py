@@ -22,6 +22,7 @@ from omni.runner import SIDE_KEYS, PlanItem, RunContext, run_arm
 from omni.spec import LoadedSpec, load_spec
 from omni.schedule import hold_cpus, run_concurrently
 from omni.store import load_runs, stored_run_ids, write_run, write_side_table
+from omni.store import profiled as is_profiled
 from omni.progress import BOARD
 from omni.topology import Slot, format_cpulist
 
@@ -209,7 +210,8 @@ def take_over(sweep_id: str | None, **asked) -> PreparedSweep | None:
 def run_and_store(context: RunContext, item: PlanItem, extra: dict | None = None) -> dict:
     """Run one item on its slot, held exclusively on this host, and write its
     row the moment it ends (STYLE.md 5)."""
-    BOARD.begin(item.run_id, item.arm.name, item.pass_index, item.slot.index, format_cpulist(item.slot.cpus))
+    label = f"{item.arm.name} profiled" if item.profiled else item.arm.name
+    BOARD.begin(item.run_id, label, item.pass_index, item.slot.index, format_cpulist(item.slot.cpus))
     status = "failed"
     try:
         with hold_cpus(item.slot.cpus):
@@ -239,7 +241,7 @@ def sweep_table(results: str | Path, sweep_id: str) -> ArmTable:
     from omni.stats import describe_arms
 
     frame = load_runs(Path(results), sweep_id=sweep_id).sort_values("order_index")
-    frame = frame[~frame["profiled"].eq(True)]  # the timed runs: profiled ones are for omni ops
+    frame = frame[~is_profiled(frame)]  # the timed runs: profiled ones are for omni ops
     return describe_arms(frame.to_dict("records"), TABLE_METRICS)
 
 

@@ -222,3 +222,35 @@ def test_a_profiled_llamacpp_run_times_every_node_and_labels_it_distorting(tmp_p
     head = frame[(frame["op"] == "MUL_MAT") & frame["shapes"].str.contains("32000")]
     assert set(head["step"]) == set(range(5)) and set(head["dtypes"]).pop().startswith("bf16")  # the head, every step
     assert ops.head_rule({"quantization": None, "engine_params": {}}, frame.to_dict("records"), VOCAB, HIDDEN) is None
+
+
+def test_omni_ops_prints_each_arms_ops_and_judges_them_and_summaries_skip_profiled_runs(tmp_path):
+    """Two arms' stored profiles (vLLM's traces of the tiny model, bf16 and int4)
+    and timed runs beside them: omni ops shows the int4 matmul only in the int4
+    arm and the head's bf16 GEMM apart with --by-shape; the summary judges the
+    timed runs only and counts the profiled ones."""
+    import subprocess
+    import sys
+
+    from omni.summary import summarize_sweep
+    from tests.test_summary import store_sweep
+
+    store_sweep(tmp_path, "sw", {"bf16": [100, 101, 99], "int4": [120, 121, 119]})
+    template = store.load_runs(tmp_path, sweep_id="sw").iloc[0].to_dict()
+    for n, (arm, trace) in enumerate([("bf16", "bf16-head"), ("bf16", "bf16-head"), ("int4", "int4-head"), ("int4", "int4-head")]):
+        row = {k: v for k, v in template.items() if v is not None and not (isinstance(v, float) and math.isnan(v))}
+        row.update(run_id=f"prof{n:012d}", arm=arm, pass_index=n % 2, order_index=6 + n, profiled=True, decode_tok_s=1.0)
+        store.write_side_table(tmp_path, "ops", row, ops.torch_trace_records(fixture(trace)))
+        store.write_run(tmp_path, row)
+    summary = summarize_sweep(tmp_path, "sw")
+    assert summary.profiled == 4 and summary.runs == {"bf16": 3, "int4": 3}
+    assert summary.cells[("bf16", "decode_tok_s")].median == 100  # the profiled runs' 1.0 stayed out
+    done = subprocess.run([sys.executable, "-m", "omni.cli", "ops", "sw", "--results", str(tmp_path), "--steps", "all",
+                           "--by-shape"], capture_output=True, text=True, env={**__import__("os").environ, "COLUMNS": "250"})  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    int4_lines = [x for x in lines if "│ int4 " in x]
+    bf16_lines = [x for x in lines if "│ bf16 " in x]
+    assert any("_weight_int4pack_mm_for_cpu" in x for x in int4_lines) and not any("aten::mm" in x for x in int4_lines)
+    assert any("aten::mm [[2, 256], [256, 32000]]" in x for x in bf16_lines)  # the head's GEMM, in bf16
+    assert "int4 against bf16, per op" in done.stdout and "only in" in done.stdout
