@@ -150,6 +150,9 @@ def head_signature(records: Sequence[Mapping], vocab: int, hidden: int) -> dict 
     return {"op": op, "ms_per_step": ms / steps, "shapes": shapes, "vocab": vocab, "hidden": hidden}
 
 
+HEAD_RULE = "bf16 head"  # how a row invalid under the rule begins its error
+
+
 def claims_quantized_head(arm: Mapping[str, Any]) -> str | None:
     """What the arm claims about its output head, when it claims it is quantized."""
     params = arm.get("engine_params") or arm.get("params") or {}
@@ -170,7 +173,7 @@ def head_rule(arm: Mapping[str, Any], records: Sequence[Mapping], vocab: int, hi
     signature = head_signature(records, vocab, hidden) if claim else None
     if signature is None:
         return None
-    return (f"bf16 head: the arm claims a quantized output head ({claim}) but its profile shows a dense GEMM of "
+    return (f"{HEAD_RULE}: the arm claims a quantized output head ({claim}) but its profile shows a dense GEMM of "
             f"the head's shape (vocab {vocab} x hidden {hidden}): {signature['op']} "
             f"{signature['ms_per_step']:.3f} ms/step, input shapes {signature['shapes']}")  # fmt: skip
 
@@ -299,7 +302,7 @@ def load_sweep_ops(results: Path, sweep_id: str, steps: str = "decode", include_
     runs = load_runs(Path(results), sweep_id=sweep_id)
     if runs.empty:
         raise OmniError(f"no rows for sweep {sweep_id!r} under {Path(results) / 'runs'}")
-    runs = without_retracted(runs[profiled(runs)], results, include_retracted)[0]
+    runs = without_retracted(runs[profiled(runs)], results, include_retracted)[0].sort_values("order_index")
     if runs.empty:
         raise OmniError(f"sweep {sweep_id} has no profiled run: give an arm profile: {{steps: 16}} to get some")
     ops = load_ops(Path(results), sweep_id)

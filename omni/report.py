@@ -56,6 +56,8 @@ def summary_markdown(summary: SweepSummary) -> str:
             verdict = "baseline" if arm == summary.baseline else _verdict_text(summary.judged[(arm, metric)])
             if metric in summary.untrusted and arm not in (summary.baseline, summary.control):
                 verdict += " (untrustworthy: see the control)"
+            if arm in summary.void:
+                verdict = f"VOID ({summary.void[arm].split(':')[1].strip()}): {verdict}"
             outliers = f" ({len(cell.outliers)} outlier(s))" if cell.outliers else ""
             lines.append(f"| {arm} | {metric} | {cell.n}{outliers} | {_num(cell.median)} | {_num(cell.mad)} | {cv} "
                          f"| {ci} | {_num(cell.min)} | {_num(cell.max)} | {verdict} |")  # fmt: skip
@@ -153,7 +155,8 @@ def as_json(summary: SweepSummary) -> dict:
     """A JSON-ready form of a summary (results/summaries/<sweep>.json)."""
     return {
         "sweep_id": summary.sweep_id, "sweep_name": summary.sweep_name, "baseline": summary.baseline,
-        "excluded_retracted": summary.excluded, "profiled_runs": summary.profiled, "warnings": list(summary.warnings),
+        "excluded_retracted": summary.excluded, "profiled_runs": summary.profiled, "void": summary.void,
+        "warnings": list(summary.warnings),
         "floors": {m: {"floor": f, "source": s} for m, (f, s) in summary.floors.items()},
         "min_effects": {m: {"min_effect": e, "source": s} for m, (e, s) in summary.min_effects.items()},
         "control": summary.control, "untrusted": summary.untrusted, "calibrations": summary.calibrations,

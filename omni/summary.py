@@ -35,6 +35,7 @@ from omni.stats import (
     summarize,
     within_run_variance,
 )
+from omni.ops import HEAD_RULE
 from omni.store import COLUMNS, COLUMNS_BY_NAME, load_runs
 from omni.store import profiled as is_profiled
 
@@ -100,11 +101,20 @@ def ok_rows(results: Path, sweep_id: str, include_retracted: bool = False) -> tu
     # profiled passes: their timings carry the profiler's cost, so no verdict
     # reads them (omni ops does); counted, in frame.attrs["profiled"]
     profiled = is_profiled(frame)
+    frame.attrs["void"] = void_arms(frame[profiled])
     frame = frame[~profiled]
     frame.attrs["profiled"] = int(profiled.sum())
     if frame.empty:
         raise OmniError(f"every run of sweep {sweep_id} is a profiled pass: omni ops {sweep_id} reads them")
     return frame[frame["status"] == "ok"], frame, excluded
+
+
+def void_arms(profiled: pd.DataFrame) -> dict[str, str]:
+    """Arms whose profile shows they did not run what they claim (the bf16-head
+    rule, omni.ops): arm -> why. Their timed runs ran the same configuration,
+    so every number of the arm is void, not only the profiled rows'."""
+    found = profiled[(profiled["status"] == "invalid") & profiled["error"].fillna("").str.startswith(HEAD_RULE)]
+    return {row.arm: f"profiled pass {row.pass_index}: {row.error}" for row in found.itertuples()}
 
 
 def sweep_spec(results: Path, sweep_id: str):
@@ -235,6 +245,7 @@ class SweepSummary:
     excluded: int
     warnings: tuple[str, ...] = field(default_factory=tuple)
     profiled: int = 0  # profiled passes, kept out of every verdict (omni ops reads them)
+    void: dict[str, str] = field(default_factory=dict)  # arm -> why its profile voids all its numbers
     values: dict[tuple[str, str], list[float]] = field(default_factory=dict)
     calibrations: dict[str, str] = field(default_factory=dict)  # arm -> the calibration of its workload, or "none"
     provenance: dict = field(default_factory=dict)  # sweep-wide and per-arm facts (:func:`sweep_provenance`)
@@ -325,13 +336,15 @@ def summarize_sweep(results: Path, sweep_id: str, include_retracted: bool = Fals
     provenance = sweep_provenance(frame, arms)
     warnings += [f"mixed provenance: {key} differs between the sweep's runs ({', '.join(map(str, values))})"
                  for key, values in provenance["sweep"].items() if isinstance(values, list) and key in MUST_AGREE]
+    void = frame.attrs.get("void", {})
+    warnings += [f"void arm {arm}: every number of it is void, its timed runs included: {why}" for arm, why in void.items()]
     return SweepSummary(
         sweep_id=sweep_id, sweep_name=str(frame["sweep_name"].iloc[0]), baseline=baseline, arms=tuple(arms),
         metrics=tuple(metrics), floors=floors, min_effects=effects, cells=cells, judged=judged,
         runs={a: int((frame["arm"] == a).sum()) for a in arms}, ok={a: int((ok["arm"] == a).sum()) for a in arms},
         excluded=excluded, warnings=tuple(warnings), values=values, control=control, untrusted=untrusted,
         calibrations={arm: c.source for arm, c in calibrations.items()}, provenance=provenance,
-        profiled=frame.attrs.get("profiled", 0),
+        profiled=frame.attrs.get("profiled", 0), void=void,
     )  # fmt: skip
 
 

@@ -245,6 +245,16 @@ def test_omni_ops_prints_each_arms_ops_and_judges_them_and_summaries_skip_profil
     summary = summarize_sweep(tmp_path, "sw")
     assert summary.profiled == 4 and summary.runs == {"bf16": 3, "int4": 3}
     assert summary.cells[("bf16", "decode_tok_s")].median == 100  # the profiled runs' 1.0 stayed out
+    assert summary.void == {}
+    # a profiled pass that caught the bf16 head voids the arm: its timed runs ran the same lie
+    lie = {**row, "run_id": "prof-lie-000001", "arm": "int4", "pass_index": 2, "order_index": 10, "status": "invalid",
+           "error": ops.head_rule(INT4_HEAD, ops.torch_trace_records(fixture("bf16-head")), VOCAB, HIDDEN)}  # fmt: skip
+    store.write_run(tmp_path, lie)
+    from omni.report import summary_markdown
+
+    voided = summarize_sweep(tmp_path, "sw")
+    assert set(voided.void) == {"int4"} and any(w.startswith("void arm int4:") for w in voided.warnings)
+    assert "| int4 | decode_tok_s | 3 |" in summary_markdown(voided) and "VOID (bf16 head)" in summary_markdown(voided)
     done = subprocess.run([sys.executable, "-m", "omni.cli", "ops", "sw", "--results", str(tmp_path), "--steps", "all",
                            "--by-shape"], capture_output=True, text=True, env={**__import__("os").environ, "COLUMNS": "250"})  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
