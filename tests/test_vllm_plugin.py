@@ -47,16 +47,7 @@ class CpuPlatform:
             kv_cache_space = int(os.environ[env_key])
             cache_config.kv_cache_memory_bytes = kv_cache_space * (1 << 30)
 """,
-    "fixed": """
-import os
-class CpuPlatform:
-    @classmethod
-    def check_and_update_config(cls, vllm_config):
-        cache_config = vllm_config.cache_config
-        env_key = "VLLM_CPU_KVCACHE_SPACE"
-        if env_key in os.environ and cache_config.kv_cache_memory_bytes is None:
-            cache_config.kv_cache_memory_bytes = int(os.environ[env_key]) * (1 << 30)
-""",
+    "fixed": None,  # below: the buggy lines, guarded as a fix would guard them
     "renamed": """
 class CpuPlatform:
     @classmethod
@@ -64,6 +55,10 @@ class CpuPlatform:
         pass
 """,
 }
+
+
+CPU_PLATFORM["fixed"] = CPU_PLATFORM["buggy"].replace(
+    'os.environ[env_key] != ""', "cache_config.kv_cache_memory_bytes is None")
 
 
 @pytest.fixture

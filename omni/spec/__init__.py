@@ -1,17 +1,5 @@
-"""Sweep specs: a YAML/JSON file of sweep settings, ``arms:`` and ``matrix:`` blocks.
-
-::
-
-    name: mem-threads
-    passes: 3
-    arms:
-      - {name: plain, engine: synthetic}
-    matrix:
-      - name: "mem{params.mem_mb}-t{threads}"   # one {axis} per axis
-        base: {engine: synthetic, params: {procs: 3}}
-        axes:
-          params.mem_mb: [0, 512]               # dotted: a key inside params
-          threads: [1, 2]
+"""Sweep specs: a YAML/JSON file of sweep settings, ``arms:`` and ``matrix:``
+blocks (examples in :mod:`omni.spec.sweep` and :mod:`omni.spec.matrix`).
 
 Every user mistake is one :class:`~omni.errors.SpecError` listing each
 problem on its own line as ``FILE:LINE FIELD: message``, e.g.
