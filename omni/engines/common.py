@@ -1,4 +1,4 @@
-"""What every real engine does the same way: prompts and derived rates.
+"""What every real engine does the same way: prompts, derived rates, the profiler's overhead.
 
 Standard library only (runs inside engine envs).
 """
@@ -6,6 +6,7 @@ Standard library only (runs inside engine envs).
 from __future__ import annotations
 
 import random
+import statistics
 
 FIRST_WORD_ID = 259  # after <unk> <s> </s> and the 256 byte tokens of omni's models
 
@@ -35,3 +36,12 @@ def rates(batch: int, prompt_len: int, max_tokens: int, ttft_s: float, e2e_s: fl
         "decode_tok_s": batch * (max_tokens - 1) / decode_s if max_tokens > 1 and decode_s > 0 else None,
         "e2e_s": e2e_s,
     }
+
+
+def profile_overhead(untraced: list[dict], traced_step_s: list[float]) -> float | None:
+    """Median decode step while traced over median decode step untraced, one
+    process: ``untraced`` are the timed iterations (their ``step_s``)."""
+    plain = [s for it in untraced for s in it["step_s"]]
+    if not plain or not traced_step_s:
+        return None
+    return statistics.median(traced_step_s) / statistics.median(plain)

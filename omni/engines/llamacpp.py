@@ -19,15 +19,15 @@ from __future__ import annotations
 
 import ctypes
 import json
-import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from omni.engines.common import token_prompts
+from omni.engines.common import profile_overhead, token_prompts
 from omni.engines.protocol import log, mark_phase, serve
+from omni.ops import GGML_EVAL_CALLBACK  # standard library only at import, as the engine env needs
 
 
 def ggml_commit() -> str | None:
@@ -132,9 +132,7 @@ def profile(lm: Loaded, arm: dict, prompts: list[list[int]], steps: int, untrace
         generate(lm, arm, prompts, timer)
         if timer.error:
             raise RuntimeError(f"ggml eval callback failed: {timer.error}")
-    traced = [ms for kind, ms in timer.step_ms.values() if kind == "decode"]
-    plain = [s * 1000 for it in untraced for s in it["step_s"]]
-    overhead = statistics.median(traced) / statistics.median(plain) if traced and plain else None
+    overhead = profile_overhead(untraced, [ms / 1000 for kind, ms in timer.step_ms.values() if kind == "decode"])
     head = [llama_cpp.llama_vocab_n_tokens(llama_cpp.llama_model_get_vocab(lm.model)), llama_cpp.llama_model_n_embd(lm.model)]
     return {"records": timer.records(), "head_shape": head}, overhead
 
@@ -210,7 +208,7 @@ class NodeTimer:
     def records(self) -> list[dict]:
         return [{"step": step, "step_kind": self.step_ms[step][0], "step_ms": self.step_ms[step][1], "op": op,
                  "shapes": shapes, "dtypes": types, "calls": calls, "self_ms": ms,
-                 "method": "ggml eval callback", "distorting": True}
+                 "method": GGML_EVAL_CALLBACK, "distorting": True}
                 for (step, op, shapes, types), (calls, ms) in sorted(self.totals.items()) if step in self.step_ms]  # fmt: skip
 
 

@@ -19,7 +19,7 @@ import os
 import time
 from pathlib import Path
 
-from omni.engines.common import token_prompts
+from omni.engines.common import profile_overhead, token_prompts
 from omni.engines.protocol import log, mark_phase, serve
 from omni.vllm_plugin.names import QUANT_VAR, REPORT_VAR, SELECT_VAR
 
@@ -174,16 +174,6 @@ def traced_decode_steps(generations: list[dict], max_tokens: int, steps: int) ->
             if j * max_tokens + 1 + k <= steps:
                 traced.append(step_s)
     return traced
-
-
-def profile_overhead(untraced: list[dict], traced_steps: list[float]) -> float | None:
-    """Median decode step while traced over median decode step untraced, one process."""
-    import statistics
-
-    plain = [s for it in untraced for s in it["step_s"]]
-    if not plain or not traced_steps:
-        return None
-    return statistics.median(traced_steps) / statistics.median(plain)
 
 
 def vllm_commit() -> str | None:
