@@ -25,9 +25,10 @@ from pathlib import Path
 
 import yaml
 
-from omni.ops import load_sweep_ops, op_lines
+from omni.ops import op_lines
 from omni.store import load_runs
 from omni.store import profiled as is_profiled
+from omni.summary import sweep_ops
 from omni.sweep import prepare_sweep, run_and_store
 
 ARM = {"name": "bf16", "engine": "vllm", "model": "tiny-llama", "dtype": "bfloat16", "compile_mode": "eager",
@@ -63,7 +64,7 @@ def main() -> None:
 def analyze(results: Path, sweep_id: str) -> None:
     runs = load_runs(results, sweep_id=sweep_id)
     timed, profiled = runs[~is_profiled(runs)], runs[is_profiled(runs)]
-    frame, _ = load_sweep_ops(results, sweep_id, "decode")
+    frame, _ = sweep_ops(results, sweep_id, "decode")
     lines = op_lines(frame[frame["status"] == "ok"])
     covered, chosen = 0.0, []
     for line in lines:  # heaviest first: the ops that make up 90 % of the step

@@ -348,10 +348,10 @@ def ops(
     """Per arm and op, over the profiled passes: median self ms per step, share
     of the step, calls, and the op's noise between runs; then each arm's ops
     against the baseline's, with the verdict rule of every metric."""
-    from omni.ops import compare_ops, load_sweep_ops, op_lines
-    from omni.summary import baseline_of, sweep_spec
+    from omni.ops import compare_ops, op_lines
+    from omni.summary import baseline_of, sweep_ops, sweep_spec
 
-    frame, runs = load_sweep_ops(results, sweep_id, steps, include_retracted)
+    frame, runs = sweep_ops(results, sweep_id, steps, include_retracted)
     if by_shape:
         frame = frame.assign(op=frame["op"] + " " + frame["shapes"].fillna(""))
     for bad in runs[runs["status"] != "ok"].itertuples():

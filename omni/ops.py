@@ -11,7 +11,8 @@ comes from ggml's eval callback (``omni.engines.llamacpp``), already per
 step and node; each node is computed and synchronized on its own there, so
 those times are labelled ``distorting`` and are for shares, not absolutes.
 
-Pure but for reading a trace (and keeping it gzipped): traces in, rows and verdicts out.
+Pure but for reading a trace (and keeping it gzipped): traces in, rows and
+verdicts out; omni.summary.sweep_ops reads a sweep's stored ops.
 """
 
 from __future__ import annotations
@@ -272,12 +273,11 @@ def compare_ops(frame, base: str, other: str, min_effect: float) -> list[OpCompa
     out = []
     for op in sorted(set(sides[base]) | set(sides[other])):
         b, o = sides[base].get(op, []), sides[other].get(op, [])
-        median = (lambda vs: statistics.median(v["ms_per_step"] for v in vs) if vs else None)  # noqa: E731
+        b_ms, o_ms = [v["ms_per_step"] for v in b], [v["ms_per_step"] for v in o]
         judged = None
         if b and o:
-            judged = compare([v["ms_per_step"] for v in b], [v["ms_per_step"] for v in o], better="lower",
-                             min_effect=min_effect, within=(_within(b), _within(o)))  # fmt: skip
-        out.append(OpComparison(op, median(b), median(o), judged))
+            judged = compare(b_ms, o_ms, better="lower", min_effect=min_effect, within=(_within(b), _within(o)))
+        out.append(OpComparison(op, statistics.median(b_ms) if b else None, statistics.median(o_ms) if o else None, judged))
     return sorted(out, key=lambda c: -max(c.base_ms or 0, c.other_ms or 0))
 
 
@@ -288,26 +288,3 @@ def _within(values: list[dict]) -> float:
 
 
 STEP_KINDS = ("decode", "prefill", "mixed", "all")
-
-
-def load_sweep_ops(results: Path, sweep_id: str, steps: str = "decode", include_retracted: bool = False):
-    """(ops of the sweep's profiled runs, their run rows): the ops of steps of
-    kind ``steps``, with each op record's run status beside it."""
-    from omni.errors import OmniError
-    from omni.store import load_ops, load_runs, profiled
-    from omni.summary import without_retracted
-
-    if steps not in STEP_KINDS:
-        raise OmniError(f"--steps {steps!r}: use one of {', '.join(STEP_KINDS)}")
-    runs = load_runs(Path(results), sweep_id=sweep_id)
-    if runs.empty:
-        raise OmniError(f"no rows for sweep {sweep_id!r} under {Path(results) / 'runs'}")
-    runs = without_retracted(runs[profiled(runs)], results, include_retracted)[0].sort_values("order_index")
-    if runs.empty:
-        raise OmniError(f"sweep {sweep_id} has no profiled run: give an arm profile: {{steps: 16}} to get some")
-    ops = load_ops(Path(results), sweep_id)
-    ops = ops[ops["run_id"].isin(runs["run_id"])]
-    if steps != "all":
-        ops = ops[ops["step_kind"] == steps]
-    status = dict(zip(runs["run_id"], runs["status"]))
-    return ops.assign(status=ops["run_id"].map(status)), runs

@@ -14,6 +14,7 @@ import json
 import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -35,8 +36,8 @@ from omni.stats import (
     summarize,
     within_run_variance,
 )
-from omni.ops import HEAD_RULE
-from omni.store import COLUMNS, COLUMNS_BY_NAME, load_runs
+from omni.ops import HEAD_RULE, STEP_KINDS
+from omni.store import COLUMNS, COLUMNS_BY_NAME, load_ops, load_runs
 from omni.store import profiled as is_profiled
 
 # rows carry these rules from the runner; a comparison over such rows warns
@@ -61,7 +62,7 @@ def default_floor(metric: str) -> float:
 def calibrate_from(results: Path, sweep_ids: list[str], include_retracted: bool = False) -> Path:
     """Measure every workload of these stored sweeps (A/A noise within each,
     drift between them) and store the calibration for their host."""
-    frames = [ok_rows(results, sweep_id, include_retracted)[0] for sweep_id in sweep_ids]
+    frames = [ok_rows(results, sweep_id, include_retracted).ok for sweep_id in sweep_ids]
     frame = pd.concat(frames, ignore_index=True)
     hosts = set(frame["host"].dropna())
     if len(hosts) > 1:
@@ -89,8 +90,15 @@ def without_retracted(frame: pd.DataFrame, results: Path, include_retracted: boo
     return frame[keep], int((~keep).sum())
 
 
-def ok_rows(results: Path, sweep_id: str, include_retracted: bool = False) -> tuple[pd.DataFrame, pd.DataFrame, int]:
-    """(ok rows, all rows, retracted rows left out) of one sweep."""
+class SweepRows(NamedTuple):
+    ok: pd.DataFrame  # the timed runs that are ok
+    timed: pd.DataFrame  # every timed run
+    excluded: int  # retracted runs left out
+    profiled: pd.DataFrame  # the profiled passes: no verdict reads their timings (omni ops does)
+
+
+def ok_rows(results: Path, sweep_id: str, include_retracted: bool = False) -> SweepRows:
+    """One sweep's unretracted rows, the timed ones apart from the profiled passes."""
     frame = load_runs(Path(results), sweep_id=sweep_id)
     if frame.empty:
         raise OmniError(f"no rows for sweep {sweep_id!r} under {Path(results) / 'runs'}; list them with ls {Path(results) / 'runs'}")
@@ -98,15 +106,11 @@ def ok_rows(results: Path, sweep_id: str, include_retracted: bool = False) -> tu
     if frame.empty:
         raise OmniError(f"all {excluded} run(s) of sweep {sweep_id} are retracted; --include-retracted shows them")
     frame = frame.sort_values("order_index")
-    # profiled passes: their timings carry the profiler's cost, so no verdict
-    # reads them (omni ops does); counted, in frame.attrs["profiled"]
-    profiled = is_profiled(frame)
-    frame.attrs["void"] = void_arms(frame[profiled])
-    frame = frame[~profiled]
-    frame.attrs["profiled"] = int(profiled.sum())
-    if frame.empty:
+    profiled = is_profiled(frame)  # their timings carry the profiler's cost
+    timed = frame[~profiled]
+    if timed.empty:
         raise OmniError(f"every run of sweep {sweep_id} is a profiled pass: omni ops {sweep_id} reads them")
-    return frame[frame["status"] == "ok"], frame, excluded
+    return SweepRows(timed[timed["status"] == "ok"], timed, excluded, frame[profiled])
 
 
 def void_arms(profiled: pd.DataFrame) -> dict[str, str]:
@@ -115,6 +119,25 @@ def void_arms(profiled: pd.DataFrame) -> dict[str, str]:
     so every number of the arm is void, not only the profiled rows'."""
     found = profiled[(profiled["status"] == "invalid") & profiled["error"].fillna("").str.startswith(HEAD_RULE)]
     return {row.arm: f"profiled pass {row.pass_index}: {row.error}" for row in found.itertuples()}
+
+
+def sweep_ops(results: Path, sweep_id: str, steps: str = "decode", include_retracted: bool = False):
+    """(ops of the sweep's unretracted profiled runs, their run rows): the ops of
+    steps of kind ``steps`` (omni.ops.STEP_KINDS), each with its run's status."""
+    if steps not in STEP_KINDS:
+        raise OmniError(f"--steps {steps!r}: use one of {', '.join(STEP_KINDS)}")
+    runs = load_runs(Path(results), sweep_id=sweep_id)
+    if runs.empty:
+        raise OmniError(f"no rows for sweep {sweep_id!r} under {Path(results) / 'runs'}")
+    runs = without_retracted(runs[is_profiled(runs)], results, include_retracted)[0].sort_values("order_index")
+    if runs.empty:
+        raise OmniError(f"sweep {sweep_id} has no profiled run: give an arm profile: {{steps: 16}} to get some")
+    ops = load_ops(Path(results), sweep_id)
+    ops = ops[ops["run_id"].isin(runs["run_id"])]
+    if steps != "all":
+        ops = ops[ops["step_kind"] == steps]
+    status = dict(zip(runs["run_id"], runs["status"]))
+    return ops.assign(status=ops["run_id"].map(status)), runs
 
 
 def sweep_spec(results: Path, sweep_id: str):
@@ -312,7 +335,7 @@ def _too_few_passes(metrics, arms, cells, values, effects) -> list[str]:
 
 
 def summarize_sweep(results: Path, sweep_id: str, include_retracted: bool = False) -> SweepSummary:
-    ok, frame, excluded = ok_rows(results, sweep_id, include_retracted)
+    ok, frame, excluded, profiled = ok_rows(results, sweep_id, include_retracted)
     arms = list(dict.fromkeys(frame["arm"]))
     metrics = [m for m in metric_columns() if ok[m].notna().any()]
     spec = sweep_spec(results, sweep_id)  # read once: baseline, margins and control all come from it
@@ -336,7 +359,7 @@ def summarize_sweep(results: Path, sweep_id: str, include_retracted: bool = Fals
     provenance = sweep_provenance(frame, arms)
     warnings += [f"mixed provenance: {key} differs between the sweep's runs ({', '.join(map(str, values))})"
                  for key, values in provenance["sweep"].items() if isinstance(values, list) and key in MUST_AGREE]
-    void = frame.attrs.get("void", {})
+    void = void_arms(profiled)
     warnings += [f"void arm {arm}: every number of it is void, its timed runs included: {why}" for arm, why in void.items()]
     return SweepSummary(
         sweep_id=sweep_id, sweep_name=str(frame["sweep_name"].iloc[0]), baseline=baseline, arms=tuple(arms),
@@ -344,7 +367,7 @@ def summarize_sweep(results: Path, sweep_id: str, include_retracted: bool = Fals
         runs={a: int((frame["arm"] == a).sum()) for a in arms}, ok={a: int((ok["arm"] == a).sum()) for a in arms},
         excluded=excluded, warnings=tuple(warnings), values=values, control=control, untrusted=untrusted,
         calibrations={arm: c.source for arm, c in calibrations.items()}, provenance=provenance,
-        profiled=frame.attrs.get("profiled", 0), void=void,
+        profiled=len(profiled), void=void,
     )  # fmt: skip
 
 
@@ -453,8 +476,8 @@ def compare_sweeps(
 ) -> SweepComparison:
     """Each arm of ``after`` against the same-named arm of ``before`` (on
     ``metrics`` only, when given)."""
-    a_ok, a_all, a_ex = ok_rows(results, before, include_retracted)
-    b_ok, b_all, b_ex = ok_rows(results, after, include_retracted)
+    a_ok, a_all, a_ex, _ = ok_rows(results, before, include_retracted)
+    b_ok, b_all, b_ex, _ = ok_rows(results, after, include_retracted)
     arms = [arm for arm in dict.fromkeys(b_all["arm"]) if arm in set(a_all["arm"])]
     if not arms:
         raise OmniError(f"sweeps {before} and {after} share no arm name; compare needs the same arms")
