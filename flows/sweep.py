@@ -9,7 +9,6 @@ its message; its good rows are stored all the same.
 from __future__ import annotations
 
 from dataclasses import asdict
-from pathlib import Path
 
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
@@ -18,10 +17,12 @@ from prefect.runtime import flow_run
 from prefect.states import Completed, Failed
 
 from omni.errors import OmniError
+from omni.objstore import results_root
 from omni.plan import SlotOverride
 from omni.report import summary_markdown, write_outputs
 from omni.runner import PlanItem, RunContext
 from omni.schedule import dispatch
+from omni.store import compact_sweep
 from omni.summary import Change, nightly_changes, summarize_sweep, sweep_history
 from omni.sweep import format_table, prepare_sweep, run_and_store, sweep_table, take_over, write_manifest
 
@@ -60,16 +61,16 @@ def publish_artifacts(sweep_id: str, results: str, outcomes: list[dict], failed:
     """The noise-aware summary (also written to results/summaries/) as Markdown,
     each arm's verdicts against the baseline and every run's outcome as tables."""
     key = "".join(c if c.isalnum() else "-" for c in sweep_id.lower())
-    rows_dir = Path(results).resolve() / "runs" / f"sweep={sweep_id}"
+    rows_dir = results_root(results) / "runs" / f"sweep={sweep_id}"
     text = [f"{len(outcomes)} run(s) in this flow run, {len(failed)} not ok; rows in `{rows_dir}`", ""]
     if failed:
         text += [failure_summary(failed, len(outcomes)), ""]
     try:
-        summary = summarize_sweep(Path(results), sweep_id)
+        summary = summarize_sweep(results, sweep_id)
     except OmniError as error:  # e.g. nothing stored: say so, the flow's state says the rest
         create_markdown_artifact("\n".join(text + [str(error)]), key=f"summary-{key}")
         return
-    paths = write_outputs(Path(results), summary, sweep_history(Path(results), summary))
+    paths = write_outputs(results, summary, sweep_history(results, summary))
     text += [summary_markdown(summary), f"Report: `{paths['html']}`"]
     create_markdown_artifact("\n".join(text), key=f"summary-{key}", description=f"summary of {sweep_id}")
     create_link_artifact(paths["html"].resolve().as_uri(), link_text=f"HTML report of {sweep_id}", key=f"report-{key}")
@@ -84,11 +85,24 @@ def publish_artifacts(sweep_id: str, results: str, outcomes: list[dict], failed:
     create_table_artifact(outcomes, key=f"runs-{key}", description=f"every run of {sweep_id}")
 
 
+def compact(results: str, sweep_id: str) -> None:
+    """The sweep's rows into one compacted file, so later reads open one file,
+    not one per run; a failure costs speed only (omni compact retries it)."""
+    log = get_run_logger()
+    try:
+        part = compact_sweep(results, sweep_id)
+    except OmniError as error:
+        log.warning("sweep %s not compacted (its run files stay complete; run omni compact): %s", sweep_id, error)
+        return
+    if part is not None:
+        log.info("sweep %s compacted into %s", sweep_id, part)
+
+
 def newest_regressions(results: str, sweep_name: str, sweep_id: str) -> list[Change]:
     """This sweep's regressions against the earlier sweeps of its spec
     (``omni regressions``' rule); none while the history is too short."""
     try:
-        changes, _ = nightly_changes(Path(results), sweep_name)
+        changes, _ = nightly_changes(results, sweep_name)
     except OmniError:  # no ok runs at all: the flow's state already says so
         return []
     return [c for c in changes if c.sweep_id == sweep_id and c.kind == "regression"]
@@ -149,6 +163,7 @@ def sweep(
     submitted = dispatch(prepared.items, prepared.slots, lambda item: run_arm_task.submit(prepared.context, item))
     outcomes = [_outcome(future, item) for item, future in submitted]
     failed = [o for o in outcomes if o["status"] != "ok"]
+    compact(results, prepared.sweep_id)
     table = format_table(sweep_table(results, prepared.sweep_id))
     # the per-arm table is in the artifacts and results/summaries; omni sweep prints it once
     log.info("sweep %s: %d run(s), %d not ok", prepared.sweep_id, len(outcomes), len(failed))

@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 
 from omni.errors import OmniError
+from omni.objstore import ResultsPath, results_root, write_text_once
 from omni.stats import DEFAULT_DRIFT, MIN_DRIFT, between_sweep_drift, pooled_log_sd
 from omni.store import COLUMNS_BY_NAME
 
@@ -47,8 +48,8 @@ def workload_of(arm_json: str) -> str:
     return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def calibrations_dir(results: Path, host: str) -> Path:
-    return Path(results) / "calibrations" / host
+def calibrations_dir(results: str | Path | ResultsPath, host: str) -> ResultsPath:
+    return results_root(results) / "calibrations" / host
 
 
 def measure(frame: pd.DataFrame, metrics: list[str]) -> dict[str, dict]:
@@ -87,7 +88,7 @@ def write_calibration(results: Path, frame: pd.DataFrame, metrics: list[str]) ->
     folder = calibrations_dir(results, host)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{now:%Y%m%dT%H%M%S}-{sweeps[-1]}.json"
-    path.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+    write_text_once(path, json.dumps(record, indent=1, sort_keys=True) + "\n")
     return path
 
 

@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from omni.errors import OmniError
+from omni.objstore import results_root
 from omni.topology import format_cpulist
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="NUMA-pinned benchmark sweeps of CPU LLM inference.")
@@ -59,6 +60,9 @@ def infrastructure_problem(error: BaseException) -> str | None:
     return None
 
 
+# a directory, or s3://bucket/prefix on an object store (omni.objstore)
+RESULTS_OPT = typer.Option("results", help="results: a directory or s3://BUCKET/PREFIX")
+
 @app.command()
 def validate(spec: Path = typer.Argument(..., help="sweep spec, YAML or JSON")) -> None:
     """Validate SPEC and print its expanded arms."""
@@ -75,11 +79,11 @@ def validate(spec: Path = typer.Argument(..., help="sweep spec, YAML or JSON")) 
     out.print(f"spec sha256 {loaded.sha256}  baseline {loaded.sweep.baseline_arm}")
 
 
-def print_plan(prepared, results: Path) -> None:
+def print_plan(prepared, results: str) -> None:
     from omni.plan import describe_plan
 
     ctx = prepared.context
-    plan = describe_plan(prepared.items, prepared.slots, Path(results).resolve(), ctx.resources, ctx.simulate_placement)
+    plan = describe_plan(prepared.items, prepared.slots, results_root(results), ctx.resources, ctx.simulate_placement)
     left = "" if len(plan) == prepared.planned else f" (of {prepared.planned}; the rest are stored)"
     out.print(
         f"sweep {prepared.sweep_id}: {len(plan)} run(s){left} on {len(prepared.slots)} slot(s) at once, "
@@ -104,7 +108,7 @@ def print_plan(prepared, results: Path) -> None:
         out.print(f"    {env} {p['command']}", highlight=False, markup=False, soft_wrap=True)
 
 
-def print_arm_table(sweep_id: str, results: Path) -> None:
+def print_arm_table(sweep_id: str, results: str) -> None:
     """Per arm and metric: n (of all runs), median, min, max over ok runs."""
     from omni.sweep import sweep_table
 
@@ -150,7 +154,7 @@ def with_progress(prepared, show: bool, call) -> dict:
             watcher.join()
 
 
-def print_verdicts(sweep_id: str, results: Path) -> None:
+def print_verdicts(sweep_id: str, results: str) -> None:
     """Each arm against the baseline on the headline metrics, and the control."""
     from omni.report import verdicts_markdown
     from omni.summary import summarize_sweep
@@ -164,7 +168,7 @@ def print_verdicts(sweep_id: str, results: Path) -> None:
 def sweep(
     spec: Optional[Path] = typer.Argument(None, help="sweep spec, YAML or JSON (optional with --resume)"),
     passes: Optional[int] = typer.Option(None, min=1, help="override the spec's passes"),
-    results: Path = typer.Option(Path("results"), help="results directory"),
+    results: str = RESULTS_OPT,
     resume: Optional[str] = typer.Option(None, help="SWEEP_ID: run only that sweep's runs not stored yet"),
     dry_run: bool = typer.Option(False, "--dry-run", help="print the plan (commands, placements) and run nothing"),
     force: bool = typer.Option(False, "--force", help="run even when the slot's cores are busy (recorded)"),
@@ -226,7 +230,7 @@ def session_guard():
 
 
 def run_sweep_flow(
-    sweep_flow, prepared, spec, resume, passes, results: Path, force: bool, sysfs_root: Path, override, busy_wait=None,
+    sweep_flow, prepared, spec, resume, passes, results: str, force: bool, sysfs_root: Path, override, busy_wait=None,
     mode: str = "live",
 ) -> None:
     """The flow on the prepared sweep, then what ``mode`` shows: live (progress,
@@ -237,7 +241,7 @@ def run_sweep_flow(
         sweep_id=prepared.sweep_id, resume=resume, sysfs_root=str(sysfs_root),
         cores=list(override.cores) or None, node=override.node, straddle=override.straddle, busy_wait=busy_wait,
     ))  # fmt: skip
-    rows = Path(results) / "runs" / f"sweep={summary['sweep_id']}"
+    rows = results_root(results) / "runs" / f"sweep={summary['sweep_id']}"
     if mode == "json":
         import json
 
@@ -299,17 +303,16 @@ def serve() -> None:
 @app.command()
 def table(
     sweep_id: str = typer.Argument(..., help="sweep id (the sweep=… folder name)"),
-    results: Path = typer.Option(Path("results"), help="results directory"),
+    results: str = RESULTS_OPT,
 ) -> None:
     """Print the per-arm table (n, median, min, max) of a stored sweep."""
     from omni.store import stored_run_ids
 
     if not stored_run_ids(results, sweep_id):
-        raise OmniError(f"no rows for sweep {sweep_id!r} under {results / 'runs'}; list them with ls {results / 'runs'}")
+        raise OmniError(f"no rows for sweep {sweep_id!r} under {results_root(results) / 'runs'}; its sweep=… folders are the ids")
     print_arm_table(sweep_id, results)
 
 
-RESULTS_OPT = typer.Option(Path("results"), help="results directory")
 RETRACTED_OPT = typer.Option(False, "--include-retracted", help="keep retracted runs in")
 METRIC_OPT = typer.Option(None, "--metric", help="only this metric (repeatable), e.g. decode_tok_s; default: every judged one")
 
@@ -317,7 +320,7 @@ METRIC_OPT = typer.Option(None, "--metric", help="only this metric (repeatable),
 @app.command()
 def summary(
     sweep_id: str = typer.Argument(..., help="sweep id (the sweep=… folder name)"),
-    results: Path = RESULTS_OPT,
+    results: str = RESULTS_OPT,
     include_retracted: bool = RETRACTED_OPT,
     metric: Optional[list[str]] = METRIC_OPT,
 ) -> None:
@@ -336,7 +339,7 @@ def summary(
 @app.command()
 def ops(
     sweep_id: str = typer.Argument(..., help="sweep id (the sweep=… folder name)"),
-    results: Path = RESULTS_OPT,
+    results: str = RESULTS_OPT,
     arm: Optional[list[str]] = typer.Option(None, "--arm", help="only this arm (repeatable)"),
     top: int = typer.Option(20, min=1, help="ops shown per arm, heaviest first"),
     steps: str = typer.Option("decode", help="which engine steps: decode, prefill, mixed or all"),
@@ -389,7 +392,7 @@ def ops(
 def compare(
     before: str = typer.Argument(..., help="sweep id of the reference"),
     after: str = typer.Argument(..., help="sweep id compared with it, arm by arm (same names)"),
-    results: Path = RESULTS_OPT,
+    results: str = RESULTS_OPT,
     include_retracted: bool = RETRACTED_OPT,
     metric: Optional[list[str]] = METRIC_OPT,
 ) -> None:
@@ -404,7 +407,7 @@ def compare(
 @app.command()
 def regressions(
     sweep_name: str = typer.Argument(..., help="spec name shared by the repeated sweeps, e.g. nightly"),
-    results: Path = RESULTS_OPT,
+    results: str = RESULTS_OPT,
     window: int = typer.Option(10, min=2, help="earlier sweeps each one is compared with"),
     min_history: int = typer.Option(3, min=1, help="earlier sweeps needed before a sweep is judged"),
     include_retracted: bool = RETRACTED_OPT,
@@ -426,7 +429,7 @@ def calibrate(
     spec: Path = typer.Argument(Path("arms/calibrate-synthetic.yaml"), help="the spec whose workloads to calibrate"),
     passes: Optional[int] = typer.Option(None, min=3, help="override the spec's passes"),
     sweeps: int = typer.Option(2, min=1, help="sweeps to run: 2 or more also measure the drift between sweeps"),
-    results: Path = RESULTS_OPT,
+    results: str = RESULTS_OPT,
     from_sweep: Optional[list[str]] = typer.Option(None, "--from", help="measure these stored sweeps (repeatable), run nothing"),
     force: bool = typer.Option(False, "--force", help="run even when the slot's cores are busy (recorded)"),
 ) -> None:
@@ -454,11 +457,34 @@ def calibrate(
 
 
 @app.command()
+def compact(
+    sweep_ids: Optional[list[str]] = typer.Argument(None, help="sweeps to compact; none: every sweep"),
+    results: str = RESULTS_OPT,
+) -> None:
+    """Copy finished sweeps' rows into one file per sweep (results/compacted/),
+    so reads open a file per sweep, not per run. Run files stay; rows stored
+    after a compaction go into the sweep's next part. Sweeps compact themselves
+    when they end; this catches up older ones."""
+    from omni.store import compact_all, compact_sweep, stored_run_ids
+
+    if sweep_ids:
+        unknown = [s for s in sweep_ids if not stored_run_ids(results, s)]
+        if unknown:
+            raise OmniError(f"no rows for sweep(s) {', '.join(unknown)} under {results_root(results) / 'runs'}")
+        parts = [p for s in sweep_ids if (p := compact_sweep(results, s)) is not None]
+    else:
+        parts = compact_all(results)
+    for part in parts:
+        out.print(f"wrote {part}", highlight=False)
+    out.print(f"{len(parts)} part(s) written; every other sweep was compacted already", highlight=False)
+
+
+@app.command()
 def retract(
     target: str = typer.Argument(..., help="a run id, a sweep id, or a run file under results/"),
     reason: str = typer.Option(..., "--reason", help="what is wrong with it"),
     superseded_by: Optional[str] = typer.Option(None, "--superseded-by", help="run, sweep or file that replaces it"),
-    results: Path = RESULTS_OPT,
+    results: str = RESULTS_OPT,
 ) -> None:
     """Withdraw a result with a reason; nothing is deleted or rewritten."""
     from omni.retract import load_retractions, retract as do_retract
@@ -472,18 +498,17 @@ def retract(
 @app.command()
 def provenance(
     target: str = typer.Argument(..., help="a run id or a run file"),
-    results: Path = RESULTS_OPT,
+    results: str = RESULTS_OPT,
 ) -> None:
     """Where a run's numbers come from: versions, commits, host, ISA, placement, spec."""
-    import pyarrow.parquet as pq
-
     from omni.retract import retracted_runs
-    from omni.store import COLUMNS, run_file_of, upgrade_table
+    from omni.store import COLUMNS, read_parquet, run_file_of, upgrade_table
 
-    path = Path(target) if Path(target).is_file() else run_file_of(results, target)
+    given = results_root(target) if target.startswith("s3://") else Path(target)
+    path = given if given.is_file() else run_file_of(results, target)
     if path is None:
-        raise OmniError(f"{target!r} is no run id under {results / 'runs'} and no file; find ids with omni table SWEEP_ID")
-    row = upgrade_table(pq.read_table(path)).to_pylist()[0]
+        raise OmniError(f"{target!r} is no run id under {results_root(results) / 'runs'} and no file; find ids with omni table SWEEP_ID")
+    row = upgrade_table(read_parquet(path)).to_pylist()[0]
     out.print(f"run {row['run_id']} of sweep {row['sweep_id']} ({path})", highlight=False)
     reason = retracted_runs(results).get(row["run_id"])
     if reason:
@@ -496,7 +521,7 @@ def provenance(
                 out.print(f"  {col.name:<26} {value}", markup=False, highlight=False, soft_wrap=True)
 
 
-def run_local_sweep(spec: Path, passes, results: Path, force: bool) -> str:
+def run_local_sweep(spec: Path, passes, results: str, force: bool) -> str:
     """Run a spec through the flow as `omni sweep` does; its sweep id."""
     from omni.sweep import hand_over, prepare_sweep
 
@@ -524,17 +549,25 @@ def call_flow(sweep_flow, **params) -> dict:
     return summary
 
 
-stack_app = typer.Typer(no_args_is_help=True, help="docker-compose's stack without containers (PostgreSQL + Prefect server).")
+stack_app = typer.Typer(no_args_is_help=True, help="docker-compose's stack without containers (PostgreSQL + Prefect server + S3).")
 app.add_typer(stack_app, name="stack")
 
 
 @stack_app.command("up")
 def stack_up() -> None:
-    """Start PostgreSQL and a Prefect server on it, as docker-compose.yml configures them."""
+    """Start PostgreSQL, a Prefect server on it and SeaweedFS's S3, as docker-compose.yml configures them."""
     from omni import stack
 
+    added = stack.complete_env_file()
+    if added:
+        err.print(f"{stack.ENV_FILE}: added {', '.join(added)} from {stack.ENV_EXAMPLE.name} "
+                  "(written by an older omni; secrets random)", highlight=False, soft_wrap=True)  # fmt: skip
     url = stack.up()
-    out.print(f"prefect server at {url}; use it with: export PREFECT_API_URL={url}", highlight=False)
+    s3 = stack.s3_settings()
+    # unwrapped: the lines are commands and addresses to copy
+    out.print(f"prefect server at {url}; use it with: export PREFECT_API_URL={url}", highlight=False, soft_wrap=True)
+    out.print(f"s3 at {s3['endpoint_url']}, bucket {s3['bucket']}; keys AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY "
+              f"in {stack.ENV_FILE}", highlight=False, soft_wrap=True)  # fmt: skip
 
 
 @stack_app.command("down")

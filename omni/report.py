@@ -10,6 +10,7 @@ from pathlib import Path
 
 from dataclasses import asdict
 
+from omni.objstore import ResultsPath, results_root
 from omni.summary import Change, Judged, SweepComparison, SweepSummary
 
 VERDICT_COLORS = {"better": "#1a7f37", "worse": "#cf222e", "equivalent": "#57606a", "inconclusive": "#bf8700"}
@@ -181,9 +182,9 @@ def html_report(summary: SweepSummary, history: dict | None = None) -> str:
     return draw(summary, history)
 
 
-def write_outputs(results: Path, summary: SweepSummary, history: dict | None = None) -> dict[str, Path]:
+def write_outputs(results: str | Path | ResultsPath, summary: SweepSummary, history: dict | None = None) -> dict[str, ResultsPath]:
     """results/summaries/<sweep>.{md,json,html}: derived views, regenerated on demand."""
-    folder = Path(results) / "summaries"
+    folder = results_root(results) / "summaries"
     folder.mkdir(parents=True, exist_ok=True)
     paths = {
         "md": folder / f"{summary.sweep_id}.md",

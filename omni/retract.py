@@ -11,7 +11,6 @@ many they left out.
 from __future__ import annotations
 
 import getpass
-import os
 import secrets
 import socket
 from datetime import datetime, timezone
@@ -19,10 +18,10 @@ from pathlib import Path
 
 import pandas as pd
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from omni.errors import OmniError
-from omni.store import load_runs, run_file_of, run_files, stored_run_ids
+from omni.objstore import SCHEME, ResultsPath, S3Path, results_root
+from omni.store import load_runs, read_parquet, run_file_of, run_files, stored_run_ids, write_once
 
 SCHEMA = pa.schema([
     ("retraction_id", pa.string()),
@@ -36,30 +35,27 @@ SCHEMA = pa.schema([
 ])  # fmt: skip
 
 
-def retractions_dir(results: Path) -> Path:
-    return Path(results) / "retractions"
+def retractions_dir(results: str | Path | ResultsPath) -> ResultsPath:
+    return results_root(results) / "retractions"
 
 
 def resolve_target(results: Path, target: str) -> tuple[str, str, list[str]]:
     """(kind, canonical target, run ids) of a run id, a sweep id or a file."""
-    results = Path(results)
+    results = results_root(results)
     if run_file_of(results, target):
         return "run", target, [target]
     if stored_run_ids(results, target):
         frame = load_runs(results, sweep_id=target, columns=["run_id"])
         return "sweep", target, sorted(frame["run_id"])
-    path = Path(target)
-    candidates = [path, results / path] if not path.is_absolute() else [path]
-    for candidate in candidates:
+    for candidate in _file_candidates(results, target):
         if candidate.is_file():
-            resolved = candidate.resolve()
             try:
-                inside = resolved.relative_to(results.resolve())
+                inside = candidate.resolve().relative_to(results)
             except ValueError:
                 raise OmniError(f"{target} is not under {results}: only results files can be retracted") from None
-            if resolved.suffix != ".parquet" or inside.parts[0] != "runs":
+            if candidate.suffix != ".parquet" or inside.parts[0] != "runs":
                 raise OmniError(f"{target} is not a run file (results/runs/sweep=*/RUN_ID.parquet)")
-            frame = pq.read_table(resolved, columns=["run_id"]).column("run_id").to_pylist()
+            frame = read_parquet(candidate, columns=["run_id"]).column("run_id").to_pylist()
             return "file", str(inside), frame
     raise OmniError(
         f"{target!r} is no run id, sweep id or run file under {results}: "
@@ -67,7 +63,15 @@ def resolve_target(results: Path, target: str) -> tuple[str, str, list[str]]:
     )
 
 
-def retract(results: Path, target: str, reason: str, superseded_by: str | None = None) -> Path:
+def _file_candidates(results: ResultsPath, target: str) -> list[ResultsPath]:
+    """Where a file target may be: as given, or relative to the results."""
+    if isinstance(results, S3Path):
+        return [S3Path(target, results.settings)] if target.startswith(SCHEME) else [results / target]
+    path = Path(target)
+    return [path, results / path] if not path.is_absolute() else [path]
+
+
+def retract(results: str | Path | ResultsPath, target: str, reason: str, superseded_by: str | None = None) -> Path:
     """Append one retraction; returns its file. Nothing else is touched."""
     if not reason or not reason.strip():
         raise OmniError("a retraction needs a reason (--reason '...'): say what is wrong with the result")
@@ -81,29 +85,23 @@ def retract(results: Path, target: str, reason: str, superseded_by: str | None =
         "reason": reason.strip(), "superseded_by": superseded_by, "retracted_at": now,
         "retracted_by": f"{getpass.getuser()}@{socket.gethostname()}",
     }  # fmt: skip
-    folder = retractions_dir(results)
-    folder.mkdir(parents=True, exist_ok=True)
-    final = folder / f"{rid}.parquet"
-    temp = folder / f".{rid}.tmp"
-    pq.write_table(pa.Table.from_pylist([row], schema=SCHEMA), temp)
-    os.link(temp, final)  # never replaces an existing retraction
-    temp.unlink()
-    return final
+    # never replaces an existing retraction
+    return write_once(retractions_dir(results) / f"{rid}.parquet", pa.Table.from_pylist([row], schema=SCHEMA))
 
 
-def load_retractions(results: Path) -> pd.DataFrame:
+def load_retractions(results: str | Path | ResultsPath) -> pd.DataFrame:
     files = sorted(p for p in retractions_dir(results).glob("*.parquet") if not p.name.startswith("."))
     if not files:
         return SCHEMA.empty_table().to_pandas()
-    return pa.concat_tables([pq.read_table(p, schema=SCHEMA) for p in files]).to_pandas()
+    return pa.concat_tables([read_parquet(p, schema=SCHEMA) for p in files]).to_pandas()
 
 
 def exclusions(results: Path) -> tuple[set[Path], set[str]]:
     """What a fast scan leaves out: whole files (a retracted sweep's, a
     retracted file, a run's own file), and run ids still to filter row by row
     (a run retracted inside a file that holds other runs too)."""
-    results = Path(results)
-    files: set[Path] = set()
+    results = results_root(results)
+    files: set[ResultsPath] = set()
     rows: set[str] = set()
     for row in load_retractions(results).itertuples():
         if row.target_kind == "sweep":

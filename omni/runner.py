@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 from omni.engines.protocol import PHASE_PREFIX
 from omni.iterations import run_metrics
 from omni.mempolicy import describe_nodes, node_list
+from omni.objstore import ResultsPath, local_scratch
 from omni.progress import BOARD
 from omni.ops import head_rule, read_torch_trace
 from omni.placement import REMOTE_WARN_LOCAL, explain_busy, measure_busy, numactl_path, pin_argv, verify_binding
@@ -70,7 +71,7 @@ class PlanItem:
 class RunContext:
     """What every run of a sweep shares."""
 
-    results_dir: Path
+    results_dir: Path | ResultsPath  # a directory or s3://bucket/prefix (omni.objstore)
     timeout_s: float
     busy_threshold_pct: float
     force: bool = False
@@ -203,9 +204,10 @@ def read_result(path: Path) -> dict | None:
     return result if isinstance(result, dict) else None
 
 
-def run_workdir(results_dir: Path, item: PlanItem) -> Path:
-    """Where a run's arm.json, result.json and engine.log are kept, for good."""
-    return results_dir / "logs" / f"sweep={item.sweep_id}" / item.run_id
+def run_workdir(results_dir: Path | ResultsPath, item: PlanItem) -> Path:
+    """Where a run's arm.json, result.json and engine.log are kept, for good
+    (on local disk, also when the results go to S3)."""
+    return local_scratch(results_dir) / "logs" / f"sweep={item.sweep_id}" / item.run_id
 
 
 def now_utc() -> datetime:

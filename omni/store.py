@@ -11,6 +11,7 @@ the moment a run ends and never rewritten; old files stay readable through
 from __future__ import annotations
 
 import difflib
+import functools
 import json
 import math
 import numbers
@@ -30,9 +31,13 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from omni.errors import OmniError
+from omni.objstore import ResultsPath, S3Path, arrow_source, results_root
 
 if TYPE_CHECKING:
     import pandas as pd
+
+# a results location as callers give it: a directory, or s3://bucket/prefix
+Results = str | Path | ResultsPath
 
 SCHEMA_VERSION = 5
 
@@ -234,6 +239,7 @@ COLUMNS: tuple[Column, ...] = (
 COLUMNS_BY_NAME: dict[str, Column] = {c.name: c for c in COLUMNS}
 
 
+@functools.cache
 def schema() -> pa.Schema:
     """The current Arrow schema; unit, meaning and group ride in field metadata."""
     fields = []
@@ -377,7 +383,7 @@ def _reject(col: Column, value: Any, expected: str) -> NoReturn:
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
-def run_path(results_dir: Path, sweep_id: str, run_id: str) -> Path:
+def run_path(results_dir: Results, sweep_id: str, run_id: str) -> ResultsPath:
     """Where the run's file lives: ``results_dir/runs/sweep=<id>/<run_id>.parquet``."""
     for what, value in (("sweep_id", sweep_id), ("run_id", run_id)):
         if not isinstance(value, str) or not _ID.match(value):
@@ -388,32 +394,56 @@ def run_path(results_dir: Path, sweep_id: str, run_id: str) -> Path:
     return _sweep_dir(results_dir, sweep_id) / f"{run_id}.parquet"
 
 
-def _sweep_dir(results_dir: Path, sweep_id: str) -> Path:
-    return Path(results_dir) / "runs" / f"sweep={sweep_id}"
+def _sweep_dir(results_dir: Results, sweep_id: str) -> ResultsPath:
+    return results_root(results_dir) / "runs" / f"sweep={sweep_id}"
 
 
-def write_run(results_dir: Path, row: Mapping[str, Any]) -> Path:
+def write_run(results_dir: Results, row: Mapping[str, Any]) -> ResultsPath:
     """Validate ``row`` and write it as its run's file, atomically, once."""
     clean = validate_row(row)
     final = run_path(results_dir, clean["sweep_id"], clean["run_id"])
-    return _write_once(final, pa.Table.from_pylist([clean], schema=schema()))
+    return write_once(final, pa.Table.from_pylist([clean], schema=file_schema()))
 
 
-def _write_once(final: Path, table: pa.Table) -> Path:
-    """Write ``table`` to ``final``, atomically, never replacing a file.
+@functools.cache
+def file_schema() -> pa.Schema:
+    """:func:`schema` without the per-field meaning and unit: a one-row file
+    would carry 20 KB of the registry's text in its footer, and readers take
+    them from the registry anyway (:func:`upgrade_table`)."""
+    return pa.schema([pa.field(f.name, f.type) for f in schema()], metadata=schema().metadata)
 
-    The bytes go to a hidden temp file in the same directory, are fsynced, and
-    are then hard-linked to the final name: unlike a rename, a link fails
-    when the name exists, so a concurrent writer can never replace a stored
-    file. A crash leaves at most a hidden temp file, which readers ignore.
+
+# A one-row file gains nothing from column statistics (a reader reads the row)
+# or dictionaries; without them it is 30 KB, not 82 KB (measured on a vLLM row).
+# Compacted files (many rows of one sweep) keep both.
+_ONE_ROW_OPTIONS = {"write_statistics": False, "use_dictionary": False}
+
+
+def write_once(final: ResultsPath, table: pa.Table, **options: Any) -> ResultsPath:
+    """Write ``table`` as Parquet to ``final``, atomically, never replacing anything.
+
+    Locally the bytes go to a hidden temp file in the same directory, are
+    fsynced, and are then hard-linked to the final name: unlike a rename, a
+    link fails when the name exists, so a concurrent writer can never replace
+    a stored file. A crash leaves at most a hidden temp file, which readers
+    ignore. On S3 the object is one conditional PUT (``If-None-Match: *``).
     """
+    options = options or (_ONE_ROW_OPTIONS if table.num_rows <= 1 else {})
+    if isinstance(final, S3Path):
+        sink = pa.BufferOutputStream()
+        pq.write_table(table, sink, **options)
+        try:
+            final.put_once(sink.getvalue().to_pybytes())
+        except FileExistsError:
+            raise _already_stored(final) from None
+        return final
     if final.exists():
         raise _already_stored(final)
     final.parent.mkdir(parents=True, exist_ok=True)
     temp = final.with_name(f".{final.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     try:
         with open(temp, "xb") as sink:
-            pq.write_table(table, sink)
+            pq.write_table(table, sink, **options)
             sink.flush()
             os.fsync(sink.fileno())
         os.link(temp, final)
@@ -426,6 +456,12 @@ def _write_once(final: Path, table: pa.Table) -> Path:
     _fsync_dir(final.parent)
     _fsync_dir(final.parent.parent)
     return final
+
+
+def read_parquet(path: ResultsPath, **options: Any) -> pa.Table:
+    """One Parquet file, local or on S3 (``pq.read_table``'s options)."""
+    source, filesystem = arrow_source(path)
+    return pq.read_table(source, filesystem=filesystem, **options)
 
 
 # ------------------------------------------------------- iterations and ops
@@ -450,12 +486,12 @@ SIDE_TABLES = {"iterations": ITERATION_SCHEMA, "ops": OPS_SCHEMA}
 _SIDE_IDS = ("run_id", "sweep_id", "arm", "pass_index")
 
 
-def side_path(results_dir: Path, kind: str, sweep_id: str, run_id: str) -> Path:
+def side_path(results_dir: Results, kind: str, sweep_id: str, run_id: str) -> ResultsPath:
     run_path(results_dir, sweep_id, run_id)  # the same checks on the ids
-    return Path(results_dir) / kind / f"sweep={sweep_id}" / f"{run_id}.parquet"
+    return results_root(results_dir) / kind / f"sweep={sweep_id}" / f"{run_id}.parquet"
 
 
-def write_side_table(results_dir: Path, kind: str, row: Mapping[str, Any], records: list[Mapping[str, Any]]) -> Path:
+def write_side_table(results_dir: Results, kind: str, row: Mapping[str, Any], records: list[Mapping[str, Any]]) -> ResultsPath:
     """Store a run's records of side table ``kind`` (dicts with its schema's keys)."""
     table_schema = SIDE_TABLES[kind]
     ids = {k: row.get(k) for k in _SIDE_IDS}
@@ -467,38 +503,38 @@ def write_side_table(results_dir: Path, kind: str, row: Mapping[str, Any], recor
     if final.exists() and not run_path(results_dir, ids["sweep_id"], ids["run_id"]).exists():
         # left by a store interrupted between the two files: the run never
         # committed, and this rerun replaces it; kept, hidden from readers
-        final.rename(final.with_name(f".{final.stem}.{secrets.token_hex(4)}.uncommitted"))
-    return _write_once(final, table)
+        aside = final.parent / f".{final.stem}.{secrets.token_hex(4)}.uncommitted"
+        final.move_aside(aside) if isinstance(final, S3Path) else final.rename(aside)
+    return write_once(final, table, **({} if table.num_rows > 1 else _ONE_ROW_OPTIONS))
 
 
-def load_side_table(results_dir: Path, kind: str, sweep_id: str | None = None) -> pd.DataFrame:
+def load_side_table(results_dir: Results, kind: str, sweep_id: str | None = None) -> pd.DataFrame:
     """Every stored record of side table ``kind`` of committed runs, of all sweeps or of one."""
     import pandas as pd
 
     table_schema = SIDE_TABLES[kind]
-    base = Path(results_dir) / kind
-    files = sorted((base / (f"sweep={sweep_id}" if sweep_id else "")).glob("*.parquet" if sweep_id else "sweep=*/*.parquet"))
+    files = _partition_files(results_root(results_dir) / kind, sweep_id)
     # only committed runs: a side file is written just before its run's row
     committed = {(p.parent.name, p.stem) for p in run_files(results_dir, sweep_id)}
-    files = [p for p in files if not p.name.startswith((".", "_")) and (p.parent.name, p.stem) in committed]
+    files = [p for p in files if (p.parent.name, p.stem) in committed]
     if not files:
         return pd.DataFrame({f.name: pd.Series(dtype=object) for f in table_schema})
-    return pa.concat_tables(pq.read_table(p, schema=table_schema) for p in files).to_pandas()
+    return pa.concat_tables(read_parquet(p, schema=table_schema) for p in files).to_pandas()
 
 
-def iterations_path(results_dir: Path, sweep_id: str, run_id: str) -> Path:
+def iterations_path(results_dir: Results, sweep_id: str, run_id: str) -> ResultsPath:
     return side_path(results_dir, "iterations", sweep_id, run_id)
 
 
-def write_iterations(results_dir: Path, row: Mapping[str, Any], iterations: list[Mapping[str, Any]]) -> Path:
+def write_iterations(results_dir: Results, row: Mapping[str, Any], iterations: list[Mapping[str, Any]]) -> ResultsPath:
     return write_side_table(results_dir, "iterations", row, iterations)
 
 
-def load_iterations(results_dir: Path, sweep_id: str | None = None) -> pd.DataFrame:
+def load_iterations(results_dir: Results, sweep_id: str | None = None) -> pd.DataFrame:
     return load_side_table(results_dir, "iterations", sweep_id)
 
 
-def load_ops(results_dir: Path, sweep_id: str | None = None) -> pd.DataFrame:
+def load_ops(results_dir: Results, sweep_id: str | None = None) -> pd.DataFrame:
     return load_side_table(results_dir, "ops", sweep_id)
 
 
@@ -507,8 +543,8 @@ def profiled(frame: pd.DataFrame) -> pd.Series:
     return frame["profiled"].eq(True).fillna(False).astype(bool)
 
 
-def _already_stored(path: Path) -> OmniError:
-    return OmniError(
+def _already_stored(path: ResultsPath) -> OmniError:
+    return AlreadyStored(
         f"run file {path} already exists: results are never rewritten; "
         "retract the run and record a new attempt instead"
     )
@@ -522,23 +558,49 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def run_files(results_dir: Path, sweep_id: str | None = None) -> list[Path]:
-    """Stored run files, of every sweep or of one; hidden temp files left out."""
-    if sweep_id is None:
-        files = (Path(results_dir) / "runs").glob("sweep=*/*.parquet")
+def _partition_files(dataset: ResultsPath, sweep_id: str | None = None) -> list[ResultsPath]:
+    """``dataset/sweep=*/*.parquet`` (or one sweep's), hidden and temp files left out.
+
+    Locally one ``os.scandir`` per partition: at 20,000 files pathlib's glob
+    costs ten times more."""
+    if isinstance(dataset, S3Path):
+        files = dataset.glob(f"sweep={sweep_id}/*.parquet" if sweep_id else "sweep=*/*.parquet")
+        return [p for p in files if not p.name.startswith((".", "_"))]
+    if sweep_id is not None:
+        partitions = [dataset / f"sweep={sweep_id}"]
     else:
-        files = _sweep_dir(results_dir, sweep_id).glob("*.parquet")
-    return sorted(p for p in files if not p.name.startswith((".", "_")))
+        try:
+            partitions = sorted(Path(e.path) for e in os.scandir(dataset) if e.name.startswith("sweep=") and e.is_dir())
+        except FileNotFoundError:
+            return []
+    found = []
+    for partition in partitions:
+        try:
+            names = sorted(e.name for e in os.scandir(partition))
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        found += [partition / n for n in names if n.endswith(".parquet") and not n.startswith((".", "_"))]
+    return found
 
 
-def stored_run_ids(results_dir: Path, sweep_id: str) -> set[str]:
+def run_files(results_dir: Results, sweep_id: str | None = None) -> list[ResultsPath]:
+    """Stored run files, of every sweep or of one; hidden temp files left out."""
+    if sweep_id is not None and not _ID.match(sweep_id):
+        return []  # no sweep id: nothing of it can be stored
+    return _partition_files(results_root(results_dir) / "runs", sweep_id)
+
+
+def stored_run_ids(results_dir: Results, sweep_id: str) -> set[str]:
     """Run ids already stored for a sweep, from file names alone (for resume)."""
     return {p.stem for p in run_files(results_dir, sweep_id)}
 
 
-def list_temp_files(results_dir: Path) -> list[Path]:
-    """Hidden files left in run partitions, e.g. by a writer that crashed."""
-    runs = Path(results_dir) / "runs"
+def list_temp_files(results_dir: Results) -> list[Path]:
+    """Hidden files left in run partitions, e.g. by a writer that crashed
+    (none on S3: a PUT is all or nothing)."""
+    runs = results_root(results_dir) / "runs"
+    if isinstance(runs, S3Path):
+        return []
     return sorted(p for p in runs.glob("sweep=*/.*") if p.is_file())
 
 
@@ -607,7 +669,8 @@ def _version_of(table: pa.Table) -> int:
 
 
 def _conform(table: pa.Table, columns: list[str] | None = None) -> pa.Table:
-    unknown = [name for name in table.column_names if name not in COLUMNS_BY_NAME]
+    index = {name: i for i, name in enumerate(table.column_names)}
+    unknown = [name for name in index if name not in COLUMNS_BY_NAME]
     if unknown:
         raise OmniError(
             f"columns {unknown} are not in schema version {SCHEMA_VERSION}: "
@@ -619,8 +682,8 @@ def _conform(table: pa.Table, columns: list[str] | None = None) -> pa.Table:
     for col in wanted:
         if col.name == "schema_version":
             arrays.append(pa.array([SCHEMA_VERSION] * rows, col.type))
-        elif col.name in table.column_names:
-            arrays.append(_cast(table.column(col.name), col))
+        elif col.name in index:
+            arrays.append(_cast(table.column(index[col.name]), col))
         else:
             arrays.append(pa.nulls(rows, col.type))
     arrays = [a if isinstance(a, pa.ChunkedArray) else pa.chunked_array([a]) for a in arrays]
@@ -629,8 +692,8 @@ def _conform(table: pa.Table, columns: list[str] | None = None) -> pa.Table:
 
 
 def _cast(values: pa.ChunkedArray, col: Column) -> pa.ChunkedArray:
-    if pa.types.is_dictionary(values.type) and values.type.value_type == col.type:
-        return values  # scan(): stays encoded
+    if values.type == col.type or (pa.types.is_dictionary(values.type) and values.type.value_type == col.type):
+        return values  # as stored, or (scan()) dictionary-encoded
     try:
         return values.cast(col.type)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as err:
@@ -645,7 +708,7 @@ def _pandas_types() -> dict:
             pa.bool_(): pd.BooleanDtype()}  # fmt: skip
 
 
-def load_runs(results_dir: Path, sweep_id: str | None = None, columns: list[str] | None = None) -> pd.DataFrame:
+def load_runs(results_dir: Results, sweep_id: str | None = None, columns: list[str] | None = None) -> pd.DataFrame:
     """Every stored run (or one sweep's) as one DataFrame with the registry's columns.
 
     Each file is read on its own and upgraded, so files of different schema
@@ -666,29 +729,54 @@ CATEGORICAL = ("sweep_id", "sweep_name", "arm", "status", "engine", "engine_env"
                "dtype", "quantization", "compile_mode", "binding_method")  # fmt: skip
 
 
-def read_table(results_dir: Path, sweep_id: str | None = None, columns: list[str] | None = None) -> pa.Table:
-    """:func:`load_runs` as an Arrow table; files are read on a thread pool
-    (Parquet decoding releases the GIL), each upgraded on its own."""
+def read_table(results_dir: Results, sweep_id: str | None = None, columns: list[str] | None = None) -> pa.Table:
+    """:func:`load_runs` as an Arrow table: every stored row once, from the
+    sweeps' compacted parts and the run files no part holds. Files are read on
+    a thread pool (Parquet decoding and S3 reads release the GIL), each
+    upgraded on its own."""
+    parts = compacted_parts(results_dir, sweep_id)
+    asked = None if columns is None else list(dict.fromkeys([*columns, "run_id"]))
+    tables = _read_all(parts, asked)
+    covered = set().union(*(t.column("run_id").to_pylist() for t in tables)) if tables else set()
+    tables += _read_all([p for p in run_files(results_dir, sweep_id) if p.stem not in covered], asked)
+    if not tables:
+        empty = schema().empty_table()
+        return empty if columns is None else empty.select(columns)
+    table = pa.concat_tables(tables)
+    return table if columns is None else table.select(columns)
+
+
+def _read_all(files: list[ResultsPath], columns: list[str] | None, dictionary: bool = False) -> list[pa.Table]:
     from concurrent.futures import ThreadPoolExecutor
 
-    files = run_files(results_dir, sweep_id)
-    with ThreadPoolExecutor(max_workers=min(8, (os.cpu_count() or 1) + 1)) as pool:
-        tables = list(pool.map(lambda path: _read_run_file(path, columns), files))
-    if tables:
-        return pa.concat_tables(tables)
-    empty = schema().empty_table()
-    return empty if columns is None else empty.select(columns)
+    if len(files) < 2:
+        return [_read_run_file(p, columns, dictionary) for p in files]
+    workers = 16 if isinstance(files[0], S3Path) else min(8, (os.cpu_count() or 1) + 1)  # S3: waits, not CPU
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(lambda path: _read_run_file(path, columns, dictionary), files))
 
 
-def scan(results_dir: Path, columns: list[str], skip: set[Path] = frozenset()) -> pa.Table:
-    """Many files fast: one multi-threaded Arrow dataset scan of ``columns``
-    over every run file not in ``skip``, the :data:`CATEGORICAL` ones
-    dictionary-encoded. Files of an older schema version (or that the
-    dataset cannot read as the current schema) go through :func:`read_table`'s
-    per-file upgrade instead."""
+def scan(results_dir: Results, columns: list[str], skip: set[ResultsPath] = frozenset()) -> pa.Table:
+    """Many rows fast: multi-threaded Arrow dataset scans of ``columns`` over
+    the compacted parts, then the run files no part holds, the
+    :data:`CATEGORICAL` columns dictionary-encoded. The runs of the files in
+    ``skip`` (run files, e.g. retracted) are left out. Files of an older
+    schema version (or that a dataset cannot read as the current schema) go
+    through :func:`read_table`'s per-file upgrade instead."""
+    skipped = {p.stem for p in skip}
+    asked = list(dict.fromkeys([*columns, "run_id"]))
+    parts = _scan_files(compacted_parts(results_dir), asked)
+    covered = set(parts.column("run_id").to_pylist())
+    rest = _scan_files([p for p in run_files(results_dir) if p.stem not in covered and p.stem not in skipped], asked)
+    table = pa.concat_tables([parts, rest], promote_options="permissive")
+    if skipped:
+        table = table.filter(pc.invert(pc.is_in(pc.cast(table.column("run_id"), pa.string()), pa.array(sorted(skipped)))))
+    return table.select(columns)
+
+
+def _scan_files(files: list[ResultsPath], columns: list[str]) -> pa.Table:
     import pyarrow.dataset as ds
 
-    files = [p for p in run_files(results_dir) if p not in skip]
     full = schema()
     wanted = [*columns, "schema_version"]
     categorical = [c for c in wanted if c in CATEGORICAL]
@@ -698,31 +786,52 @@ def scan(results_dir: Path, columns: list[str], skip: set[Path] = frozenset()) -
         [pa.field(c, pa.dictionary(pa.int32(), full.field(c).type)) if c in categorical else full.field(c) for c in wanted],
         metadata=full.metadata,
     )
+    if not files:
+        return encoded.empty_table().select(columns)
     fmt = ds.ParquetFileFormat(read_options=ds.ParquetReadOptions(dictionary_columns=categorical))
+    filesystem = arrow_source(files[0])[1]
     try:
-        table = ds.dataset([str(p) for p in files], format=fmt, schema=encoded).to_table(
+        table = ds.dataset([arrow_source(p)[0] for p in files], format=fmt, schema=encoded, filesystem=filesystem).to_table(
             columns=wanted, batch_size=1 << 20
         )
         versions = pc.unique(table["schema_version"]).to_pylist()
     except (pa.ArrowException, OSError):
         versions = None
     if versions is None or any(v != SCHEMA_VERSION for v in versions):
-        tables = [_read_run_file(p, columns, dictionary=True) for p in files]
-        return pa.concat_tables(tables, promote_options="permissive") if tables else encoded.empty_table().select(columns)
+        tables = [_encoded(t, encoded) for t in _read_all(files, columns, dictionary=True)]
+        return pa.concat_tables(tables, promote_options="permissive")
     return table.select(columns)
 
 
-def _open(path: Path, dictionary: bool) -> pq.ParquetFile:
+def _encoded(table: pa.Table, encoded: pa.Schema) -> pa.Table:
+    """The categorical columns of an upgraded file dictionary-encoded like a scan's
+    (a column an old file lacks comes back as plain nulls)."""
+    for i, name in enumerate(table.column_names):
+        want = encoded.field(name).type
+        if table.schema.field(i).type != want:
+            values = table.column(i)
+            if pa.types.is_dictionary(values.type):
+                values = values.cast(want.value_type)
+            table = table.set_column(i, name, pc.dictionary_encode(values).cast(want))
+    return table
+
+
+def _parquet_file(path: ResultsPath, **options: Any) -> pq.ParquetFile:
+    source, filesystem = arrow_source(path)
+    return pq.ParquetFile(filesystem.open_input_file(source) if filesystem else source, **options)
+
+
+def _open(path: ResultsPath, dictionary: bool) -> pq.ParquetFile:
     if not dictionary:
-        return pq.ParquetFile(path)
+        return _parquet_file(path)
     try:
-        return pq.ParquetFile(path, read_dictionary=list(CATEGORICAL))
+        return _parquet_file(path, read_dictionary=list(CATEGORICAL))
     except KeyError:  # an old file lacking some of them
-        present = set(pq.ParquetFile(path).schema_arrow.names)
-        return pq.ParquetFile(path, read_dictionary=[c for c in CATEGORICAL if c in present])
+        present = set(_parquet_file(path).schema_arrow.names)
+        return _parquet_file(path, read_dictionary=[c for c in CATEGORICAL if c in present])
 
 
-def _read_run_file(path: Path, columns: list[str] | None = None, dictionary: bool = False) -> pa.Table:
+def _read_run_file(path: ResultsPath, columns: list[str] | None = None, dictionary: bool = False) -> pa.Table:
     """One file, upgraded; with ``columns``, only those are read (upgrades see
     the projected table: one that derives a column from others must ask for them)."""
     try:
@@ -740,13 +849,69 @@ def _read_run_file(path: Path, columns: list[str] | None = None, dictionary: boo
         raise OmniError(f"{path}: {err}") from None
 
 
-def run_file_of(results_dir: Path, run_id: str) -> Path | None:
+def run_file_of(results_dir: Results, run_id: str) -> ResultsPath | None:
     """The stored file of a run id, whichever sweep it belongs to."""
-    found = [p for p in Path(results_dir).glob(f"runs/sweep=*/{run_id}.parquet")]
+    if not isinstance(run_id, str) or not _ID.match(run_id):
+        return None
+    found = [p for p in run_files(results_dir) if p.stem == run_id]
     return found[0] if found else None
 
 
+# ------------------------------------------------------------------ compaction
+
+# A finished sweep's rows, copied into one file: ``compacted/sweep=<id>/part-NNNN.parquet``.
+# The run files stay (each is its run's commit, never deleted); readers take
+# a sweep's parts and only the run files no part holds, so a row is counted
+# once. Parts of one sweep are disjoint: each holds the rows no earlier part
+# holds (a late row, a resumed run), and a part's name is claimed with the
+# same never-replace write as a run file, so two compactions racing cannot
+# both write part N: the loser looks again and writes what is still missing.
+# Parts live beside runs/, not in it, so ``pd.read_parquet("results/runs")``
+# still reads each row once, from its run file.
+COMPACTED = "compacted"
+
+
+class AlreadyStored(OmniError):
+    """A results file that exists already: never replaced."""
+
+
+def compacted_parts(results_dir: Results, sweep_id: str | None = None) -> list[ResultsPath]:
+    return _partition_files(results_root(results_dir) / COMPACTED, sweep_id)
+
+
+def compact_sweep(results_dir: Results, sweep_id: str, attempts: int = 5) -> ResultsPath | None:
+    """Copy the sweep's rows that no part holds yet into its next part; None
+    when there is nothing new. Run files are only read."""
+    for _ in range(attempts):
+        parts = compacted_parts(results_dir, sweep_id)
+        covered = {rid for p in parts for rid in read_parquet(p, columns=["run_id"]).column("run_id").to_pylist()}
+        fresh = [p for p in run_files(results_dir, sweep_id) if p.stem not in covered]
+        if not fresh:
+            return None
+        table = pa.concat_tables(_read_all(fresh, None)).sort_by([("order_index", "ascending"), ("run_id", "ascending")])
+        number = 1 + max((int(p.stem.split("-")[1]) for p in parts), default=-1)
+        final = results_root(results_dir) / COMPACTED / f"sweep={sweep_id}" / f"part-{number:04d}.parquet"
+        try:
+            return write_once(final, table.cast(file_schema()), compression="zstd")
+        except AlreadyStored:
+            continue  # another compaction wrote part N first: what is left goes in N+1
+    raise OmniError(f"sweep {sweep_id}: {attempts} compactions raced this one; run omni compact again")
+
+
+def compact_all(results_dir: Results) -> list[ResultsPath]:
+    """:func:`compact_sweep` for every sweep with run files; the parts written."""
+    sweeps = sorted({p.parent.name.removeprefix("sweep=") for p in run_files(results_dir)})
+    return [part for sweep_id in sweeps if (part := compact_sweep(results_dir, sweep_id)) is not None]
+
+
 __all__ = [
+    "AlreadyStored",
+    "compact_all",
+    "compact_sweep",
+    "compacted_parts",
+    "file_schema",
+    "read_parquet",
+    "write_once",
     "BINDING_METHODS",
     "COLUMNS",
     "COLUMNS_BY_NAME",

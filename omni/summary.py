@@ -37,6 +37,7 @@ from omni.stats import (
     within_run_variance,
 )
 from omni.ops import HEAD_RULE, STEP_KINDS
+from omni.objstore import local_copy, results_root
 from omni.store import COLUMNS, COLUMNS_BY_NAME, load_ops, load_runs
 from omni.store import profiled as is_profiled
 
@@ -86,7 +87,7 @@ def without_retracted(frame: pd.DataFrame, results: Path, include_retracted: boo
     """The rows no retraction names (all of them with ``include_retracted``), and how many were left out."""
     if include_retracted:
         return frame, 0
-    keep = ~frame["run_id"].isin(retracted_runs(Path(results)))
+    keep = ~frame["run_id"].isin(retracted_runs(results))
     return frame[keep], int((~keep).sum())
 
 
@@ -99,9 +100,9 @@ class SweepRows(NamedTuple):
 
 def ok_rows(results: Path, sweep_id: str, include_retracted: bool = False) -> SweepRows:
     """One sweep's unretracted rows, the timed ones apart from the profiled passes."""
-    frame = load_runs(Path(results), sweep_id=sweep_id)
+    frame = load_runs(results, sweep_id=sweep_id)
     if frame.empty:
-        raise OmniError(f"no rows for sweep {sweep_id!r} under {Path(results) / 'runs'}; list them with ls {Path(results) / 'runs'}")
+        raise OmniError(f"no rows for sweep {sweep_id!r} under {results_root(results) / 'runs'}; list them with omni table or ls")
     frame, excluded = without_retracted(frame, results, include_retracted)
     if frame.empty:
         raise OmniError(f"all {excluded} run(s) of sweep {sweep_id} are retracted; --include-retracted shows them")
@@ -126,13 +127,13 @@ def sweep_ops(results: Path, sweep_id: str, steps: str = "decode", include_retra
     steps of kind ``steps`` (omni.ops.STEP_KINDS), each with its run's status."""
     if steps not in STEP_KINDS:
         raise OmniError(f"--steps {steps!r}: use one of {', '.join(STEP_KINDS)}")
-    runs = load_runs(Path(results), sweep_id=sweep_id)
+    runs = load_runs(results, sweep_id=sweep_id)
     if runs.empty:
-        raise OmniError(f"no rows for sweep {sweep_id!r} under {Path(results) / 'runs'}")
+        raise OmniError(f"no rows for sweep {sweep_id!r} under {results_root(results) / 'runs'}")
     runs = without_retracted(runs[is_profiled(runs)], results, include_retracted)[0].sort_values("order_index")
     if runs.empty:
         raise OmniError(f"sweep {sweep_id} has no profiled run: give an arm profile: {{steps: 16}} to get some")
-    ops = load_ops(Path(results), sweep_id)
+    ops = load_ops(results, sweep_id)
     ops = ops[ops["run_id"].isin(runs["run_id"])]
     if steps != "all":
         ops = ops[ops["step_kind"] == steps]
@@ -142,8 +143,8 @@ def sweep_ops(results: Path, sweep_id: str, steps: str = "decode", include_retra
 
 def sweep_spec(results: Path, sweep_id: str):
     """The sweep's own spec copy (results/sweeps/<id>/spec.*), or None."""
-    copies = sorted((Path(results) / "sweeps" / sweep_id).glob("spec.*"))
-    return load_spec(copies[0]).sweep if copies else None
+    copies = sorted((results_root(results) / "sweeps" / sweep_id).glob("spec.*"))
+    return load_spec(local_copy(results, copies[0])).sweep if copies else None
 
 
 def baseline_of(spec, arms: list[str]) -> str | None:
@@ -543,7 +544,7 @@ def spec_runs(results: Path, sweep_name: str, include_retracted: bool = False) -
     spreads = [c for c in COLUMNS_BY_NAME if c.endswith("_iter_sd_log")]
     columns = ["sweep_id", "sweep_name", "arm", "arm_json", "status", "profiled", "run_id", "host", "started_at", "iterations",
                "warning_rules", "mmap", *spreads, *metric_columns()]  # fmt: skip
-    frame = load_runs(Path(results), columns=columns)
+    frame = load_runs(results, columns=columns)
     frame = frame[(frame["sweep_name"] == sweep_name) & (frame["status"] == "ok") & ~is_profiled(frame)]
     return without_retracted(frame, results, include_retracted)[0]
 

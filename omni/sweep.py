@@ -7,13 +7,13 @@ Prefect at all.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from omni.errors import OmniError
+from omni.objstore import ResultsPath, local_copy, results_root, write_text_once
 
 from omni.plan import SlotOverride, new_sweep_id, plan_sweep, sweep_slots
 from omni.provenance import collect_host_provenance
@@ -44,16 +44,16 @@ class PreparedSweep:
     planned: int  # runs in the whole plan
 
 
-def manifest_dir(results: Path, sweep_id: str) -> Path:
-    return Path(results) / "sweeps" / sweep_id
+def manifest_dir(results: str | Path | ResultsPath, sweep_id: str) -> ResultsPath:
+    return results_root(results) / "sweeps" / sweep_id
 
 
-def read_manifest(results: Path, sweep_id: str) -> dict:
+def read_manifest(results: str | Path | ResultsPath, sweep_id: str) -> dict:
     path = manifest_dir(results, sweep_id) / "manifest.json"
     try:
         return json.loads(path.read_text())
     except FileNotFoundError:
-        known = sorted(p.name for p in (Path(results) / "sweeps").glob("*") if (p / "manifest.json").exists())
+        known = sorted(p.parent.name for p in (results_root(results) / "sweeps").glob("*/manifest.json"))
         raise OmniError(
             f"cannot resume sweep {sweep_id!r}: no {path} (a sweep writes it when it starts). "
             f"Sweeps under {results}: {', '.join(known[-5:]) or 'none'}"
@@ -69,7 +69,7 @@ def write_manifest(prepared: PreparedSweep) -> Path:
         return path  # a resumed sweep keeps the manifest it started with
     folder.mkdir(parents=True, exist_ok=True)
     spec_copy = folder / f"spec{prepared.loaded.path.suffix.lower()}"
-    spec_copy.write_text(prepared.loaded.text)
+    write_text_once(spec_copy, prepared.loaded.text)
     manifest = {
         "sweep_id": prepared.sweep_id,
         "spec_path": str(prepared.loaded.path),
@@ -82,9 +82,7 @@ def write_manifest(prepared: PreparedSweep) -> Path:
         "run_ids": [item.run_id for item in prepared.items],
         "created_at": datetime.now(timezone.utc).isoformat(),
     }
-    tmp = folder / ".manifest.json.tmp"
-    tmp.write_text(json.dumps(manifest, indent=1) + "\n")
-    os.replace(tmp, path)
+    write_text_once(path, json.dumps(manifest, indent=1) + "\n")
     return path
 
 
@@ -106,7 +104,7 @@ def _resume_override(manifest: dict, given: SlotOverride | None) -> SlotOverride
     return kept
 
 
-def _resume_source(results: Path, resume: str, spec: str | Path | None) -> tuple[Path, int]:
+def _resume_source(results: ResultsPath, resume: str, spec: str | Path | None) -> tuple[Path, int]:
     """The spec copy and passes a sweep started with; a spec given too must match."""
     manifest = read_manifest(results, resume)
     if spec is not None:
@@ -117,7 +115,7 @@ def _resume_source(results: Path, resume: str, spec: str | Path | None) -> tuple
                 f"{manifest['spec_sha256'][:12]}): resuming would mix two configurations. "
                 "Resume without the spec argument (the sweep's own copy is used) or start a new sweep"
             )
-    return manifest_dir(results, resume) / manifest["spec_copy"], manifest["passes"]
+    return local_copy(results, manifest_dir(results, resume) / manifest["spec_copy"]), manifest["passes"]
 
 
 def prepare_sweep(
@@ -143,7 +141,7 @@ def prepare_sweep(
     (``--cores``/``--node``) replaces the spec's slot request. ``busy_wait``
     (``--busy-wait``, seconds) replaces the spec's ``busy_wait_s``.
     """
-    results = Path(results).resolve()
+    results = results_root(results)
     if resume:
         if passes is not None:
             raise OmniError(f"--passes cannot change on resume: sweep {resume} keeps the passes it started with")
@@ -202,7 +200,7 @@ def take_over(sweep_id: str | None, **asked) -> PreparedSweep | None:
         return None
     have = {"force": prepared.context.force, "results": prepared.context.results_dir,
             "busy_wait": prepared.context.busy_wait_s}  # fmt: skip
-    want = {"force": asked["force"], "results": Path(asked["results"]).resolve(),
+    want = {"force": asked["force"], "results": results_root(asked["results"]),
             "busy_wait": prepared.context.busy_wait_s if asked["busy_wait"] is None else asked["busy_wait"]}  # fmt: skip
     return prepared if have == want else None
 
@@ -240,7 +238,7 @@ def sweep_table(results: str | Path, sweep_id: str) -> ArmTable:
     # run path (prepare, run, store) needs neither, e.g. in a slow test guest
     from omni.stats import describe_arms
 
-    frame = load_runs(Path(results), sweep_id=sweep_id).sort_values("order_index")
+    frame = load_runs(results, sweep_id=sweep_id).sort_values("order_index")
     frame = frame[~is_profiled(frame)]  # the timed runs: profiled ones are for omni ops
     return describe_arms(frame.to_dict("records"), TABLE_METRICS)
 

@@ -236,8 +236,8 @@ def test_concurrent_writer_of_the_same_run_wins(tmp_path, monkeypatch):
     final = store.run_path(tmp_path, "s1", "r0001")
     real_write = store.pq.write_table
 
-    def write_then_race(table, sink):
-        real_write(table, sink)
+    def write_then_race(table, sink, **options):
+        real_write(table, sink, **options)
         final.write_bytes(b"the other writer's run")
 
     monkeypatch.setattr(store.pq, "write_table", write_then_race)
@@ -387,3 +387,92 @@ def test_uncommitted_iterations_are_set_aside_by_the_rerun(tmp_path):
     assert list(store.load_iterations(tmp_path)["ttft_ms"]) == [11.0]
     hidden = list((tmp_path / "iterations" / "sweep=s1").glob(".r1.*.uncommitted"))
     assert len(hidden) == 1
+
+
+# ------------------------------------------------------------------ compaction
+
+
+def store_sweep(results, sweep_id: str, n: int, start: int = 0) -> list[str]:
+    ids = [f"{sweep_id}-r{i:03d}" for i in range(start, start + n)]
+    for i, rid in enumerate(ids):
+        store.write_run(results, {**full_row(rid, sweep_id), "order_index": start + i, "decode_tok_s": 100.0 + start + i})
+    return ids
+
+
+def test_compaction_counts_every_row_once_for_omni_and_for_pandas(tmp_path):
+    first = store_sweep(tmp_path, "s1", 5)
+    other = store_sweep(tmp_path, "s2", 3)
+    part = store.compact_sweep(tmp_path, "s1")
+    assert part == tmp_path / "compacted" / "sweep=s1" / "part-0000.parquet"
+    assert store.compact_sweep(tmp_path, "s1") is None  # nothing new
+    loaded = store.load_runs(tmp_path)
+    assert sorted(loaded["run_id"]) == sorted(first + other)  # s1 from its part, s2 from run files
+    # a late row (a resumed run) after the compaction: read from its run file, then its own part
+    late = store_sweep(tmp_path, "s1", 1, start=5)
+    assert sorted(store.load_runs(tmp_path, "s1")["run_id"]) == sorted(first + late)
+    assert store.compact_sweep(tmp_path, "s1").name == "part-0001.parquet"
+    assert pd.read_parquet(tmp_path / "compacted" / "sweep=s1" / "part-0001.parquet")["run_id"].tolist() == late
+    for frame in (store.load_runs(tmp_path), pd.read_parquet(tmp_path / "runs")):
+        assert frame["run_id"].is_unique and len(frame) == 9
+    # the parts are disjoint, so the compacted dataset alone counts no row twice either
+    assert sorted(pd.read_parquet(tmp_path / "compacted")["run_id"]) == sorted(first + late)
+    # resume still sees every run: run files are never removed
+    assert store.stored_run_ids(tmp_path, "s1") == set(first + late)
+    fast = store.scan(tmp_path, ["run_id", "decode_tok_s"]).to_pandas()
+    assert fast["run_id"].is_unique and len(fast) == 9
+    skipped = store.scan(tmp_path, ["run_id"], skip={store.run_path(tmp_path, "s1", first[0])}).to_pandas()
+    assert first[0] not in set(skipped["run_id"]) and len(skipped) == 8
+
+
+def test_a_compacted_row_reads_back_as_its_run_file_does(tmp_path):
+    store_sweep(tmp_path, "s1", 3)
+    before = store.load_runs(tmp_path).sort_values("run_id").reset_index(drop=True)
+    store.compact_sweep(tmp_path, "s1")
+    after = store.load_runs(tmp_path).sort_values("run_id").reset_index(drop=True)
+    pd.testing.assert_frame_equal(before, after)
+    assert store.load_runs(tmp_path, columns=["run_id", "decode_tok_s"]).columns.tolist() == ["run_id", "decode_tok_s"]
+
+
+def test_racing_compactions_write_disjoint_parts(tmp_path, monkeypatch):
+    # another compaction writes part 0 between our look at the parts and our
+    # write: ours must not replace it, and must hold only what part 0 lacks
+    first = store_sweep(tmp_path, "s1", 4)
+    real_parts = store.compacted_parts
+    looks = []
+
+    def stale_then_real(results, sweep_id=None):
+        looks.append(sweep_id)
+        if len(looks) == 1:
+            store.write_once(tmp_path / "compacted" / "sweep=s1" / "part-0000.parquet",
+                             store.read_table(tmp_path, "s1").slice(0, 2).cast(store.file_schema()))
+            return []
+        return real_parts(results, sweep_id)
+
+    monkeypatch.setattr(store, "compacted_parts", stale_then_real)
+    part = store.compact_sweep(tmp_path, "s1")
+    monkeypatch.undo()
+    assert part.name == "part-0001.parquet"
+    held = [pd.read_parquet(p)["run_id"].tolist() for p in store.compacted_parts(tmp_path, "s1")]
+    assert len(held[0]) == 2 and sorted(held[0] + held[1]) == sorted(first)
+    assert sorted(store.load_runs(tmp_path)["run_id"]) == sorted(first)
+
+
+def test_retracting_a_run_of_a_compacted_sweep(tmp_path):
+    from omni.retract import retract
+    from omni.summary import without_retracted
+
+    ids = store_sweep(tmp_path, "s1", 3)
+    store.compact_sweep(tmp_path, "s1")
+    retract(tmp_path, ids[1], "the slot was shared")
+    kept, excluded = without_retracted(store.load_runs(tmp_path, "s1"), tmp_path)
+    assert sorted(kept["run_id"]) == [ids[0], ids[2]] and excluded == 1
+
+
+def test_one_row_files_carry_no_statistics_or_registry_text(tmp_path):
+    import pyarrow.parquet as pq
+
+    path = store.write_run(tmp_path, full_row())
+    meta = pq.ParquetFile(path).metadata
+    assert all(meta.row_group(0).column(i).statistics is None for i in range(meta.num_columns))
+    assert all(not f.metadata for f in pq.read_schema(path))  # meanings stay in the registry
+    assert store.load_runs(tmp_path).loc[0, "decode_tok_s"] == 291.0
