@@ -202,8 +202,15 @@ def sweep(
         print_plan(prepared, results)
         return
     if not prepared.items:
+        if as_json:  # the same object as a sweep's, with no run in it
+            import json
+
+            rows = results_root(results) / "runs" / f"sweep={prepared.sweep_id}"
+            print(json.dumps({"sweep_id": prepared.sweep_id, "rows": str(rows), "runs": [], "failed": 0}))
+            return
         out.print(f"sweep {prepared.sweep_id}: all {prepared.planned} run(s) are stored; nothing to resume")
-        print_arm_table(prepared.sweep_id, results)
+        if not quiet:
+            print_arm_table(prepared.sweep_id, results)
         return
     # benchmark hosts are often offline: Prefect's temporary server must not phone home
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")

@@ -71,7 +71,9 @@ def _filesystems(settings: S3Settings) -> tuple[Any, Any]:
         scheme, _, endpoint = endpoint.partition("://")
     arrow = pafs.S3FileSystem(access_key=settings.access_key, secret_key=settings.secret_key, region=settings.region,
                               endpoint_override=endpoint, scheme=scheme, connect_timeout=5, request_timeout=60)  # fmt: skip
-    return arrow, s3fs.S3FileSystem(**settings.storage_options())
+    # its own instance: s3fs caches listings per instance, and one shared with
+    # the caller's pandas would keep listing what was there before our PUTs
+    return arrow, s3fs.S3FileSystem(**settings.storage_options(), skip_instance_cache=True, use_listings_cache=False)
 
 
 class S3Path:

@@ -538,13 +538,17 @@ class Change:
     history_run_ids: tuple[str, ...]
 
 
+def history_columns() -> list[str]:
+    """What the nightly comparison and the trend plots read of every run."""
+    spreads = [c for c in COLUMNS_BY_NAME if c.endswith("_iter_sd_log")]
+    return ["sweep_id", "sweep_name", "arm", "arm_json", "status", "profiled", "run_id", "host", "started_at",
+            "iterations", "warning_rules", "mmap", *spreads, *metric_columns()]  # fmt: skip
+
+
 def spec_runs(results: Path, sweep_name: str, include_retracted: bool = False) -> pd.DataFrame:
     """The ok, unretracted runs of every sweep of one spec name: only the
     columns the nightly comparison and the trend plots read."""
-    spreads = [c for c in COLUMNS_BY_NAME if c.endswith("_iter_sd_log")]
-    columns = ["sweep_id", "sweep_name", "arm", "arm_json", "status", "profiled", "run_id", "host", "started_at", "iterations",
-               "warning_rules", "mmap", *spreads, *metric_columns()]  # fmt: skip
-    frame = load_runs(results, columns=columns)
+    frame = load_runs(results, columns=history_columns())
     frame = frame[(frame["sweep_name"] == sweep_name) & (frame["status"] == "ok") & ~is_profiled(frame)]
     return without_retracted(frame, results, include_retracted)[0]
 
