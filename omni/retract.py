@@ -21,7 +21,7 @@ import pyarrow as pa
 
 from omni.errors import OmniError
 from omni.objstore import SCHEME, ResultsPath, S3Path, results_root
-from omni.store import load_runs, read_parquet, run_file_of, run_files, stored_run_ids, write_once
+from omni.store import compacted_parts, load_runs, read_parquet, run_file_of, run_files, stored_run_ids, write_once
 
 SCHEMA = pa.schema([
     ("retraction_id", pa.string()),
@@ -97,23 +97,18 @@ def load_retractions(results: str | Path | ResultsPath) -> pd.DataFrame:
 
 
 def exclusions(results: Path) -> tuple[set[Path], set[str]]:
-    """What a fast scan leaves out: whole files (a retracted sweep's, a
-    retracted file, a run's own file), and run ids still to filter row by row
-    (a run retracted inside a file that holds other runs too)."""
+    """What a fast scan leaves out: whole files (a retracted sweep's run
+    files and compacted parts), and run ids still to filter row by row (a
+    retracted run or file, whose row may sit in a compacted part)."""
     results = results_root(results)
     files: set[ResultsPath] = set()
     rows: set[str] = set()
     for row in load_retractions(results).itertuples():
-        if row.target_kind == "sweep":
+        if row.target_kind == "sweep":  # its run files and compacted parts hold only its rows
             files.update(run_files(results, row.target))
-        elif row.target_kind == "file":
-            files.add(results / row.target)
-        else:
-            own = run_file_of(results, row.target)
-            if own is not None:
-                files.add(own)
-            else:
-                rows.update(row.run_ids)
+            files.update(compacted_parts(results, row.target))
+        else:  # a run or a file: its rows may be in a sweep's compacted part too
+            rows.update(row.run_ids)
     return files, rows
 
 

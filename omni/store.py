@@ -759,19 +759,16 @@ def _read_all(files: list[ResultsPath], columns: list[str] | None, dictionary: b
 def scan(results_dir: Results, columns: list[str], skip: set[ResultsPath] = frozenset()) -> pa.Table:
     """Many rows fast: multi-threaded Arrow dataset scans of ``columns`` over
     the compacted parts, then the run files no part holds, the
-    :data:`CATEGORICAL` columns dictionary-encoded. The runs of the files in
-    ``skip`` (run files, e.g. retracted) are left out. Files of an older
-    schema version (or that a dataset cannot read as the current schema) go
-    through :func:`read_table`'s per-file upgrade instead."""
-    skipped = {p.stem for p in skip}
-    asked = list(dict.fromkeys([*columns, "run_id"]))
-    parts = _scan_files(compacted_parts(results_dir), asked)
-    covered = set(parts.column("run_id").to_pylist())
-    rest = _scan_files([p for p in run_files(results_dir) if p.stem not in covered and p.stem not in skipped], asked)
-    table = pa.concat_tables([parts, rest], promote_options="permissive")
-    if skipped:
-        table = table.filter(pc.invert(pc.is_in(pc.cast(table.column("run_id"), pa.string()), pa.array(sorted(skipped)))))
-    return table.select(columns)
+    :data:`CATEGORICAL` columns dictionary-encoded. Files in ``skip`` (run
+    files or parts, e.g. a retracted sweep's: :func:`omni.retract.exclusions`)
+    are not read. Files of an older schema version (or that a dataset cannot
+    read as the current schema) go through :func:`read_table`'s per-file
+    upgrade instead."""
+    parts = [p for p in compacted_parts(results_dir) if p not in skip]
+    compacted = _scan_files(parts, list(dict.fromkeys([*columns, "run_id"])))
+    covered = set(compacted.column("run_id").to_pylist())
+    rest = _scan_files([p for p in run_files(results_dir) if p not in skip and p.stem not in covered], columns)
+    return pa.concat_tables([compacted.select(columns), rest], promote_options="permissive")
 
 
 def _scan_files(files: list[ResultsPath], columns: list[str]) -> pa.Table:
