@@ -1,5 +1,6 @@
 """The results store at a year of history: 20,000 run files in 400 sweeps,
-local and on S3, raw and compacted, omni against DuckDB on the same rows.
+local and on S3, raw, compacted (a part per sweep) and consolidated, omni
+against DuckDB on the same rows.
 
 Rows are real: a synthetic-engine sweep is run once (``omni sweep
 arms/smoke-synthetic.yaml``) and its rows are the templates, their ids and
@@ -10,7 +11,8 @@ metrics varied. Measured side by side in one run, each reading repeated
   columns its rule reads (``summary.spec_runs``' columns);
 - ``summary``: a summary's load, one sweep's rows whole (``load_runs(SWEEP)``);
 - DuckDB ``read_parquet`` of the same columns into pandas: over the per-run
-  files (what a user points it at) and over the compacted parts;
+  files (what a user points it at; locally only: through fsspec, 20,000 S3
+  files would take it many minutes), the compacted parts, the consolidated file;
 - write + read of 1,000 run files one by one (a sweep's pattern), S3 vs local.
 
 Targets (issue 14): the loads <= 2 s locally, and <= 1.5 x DuckDB.
@@ -43,6 +45,7 @@ from omni.objstore import S3Path, results_root  # noqa: E402
 from omni.summary import history_columns  # noqa: E402
 
 REGRESSION_COLUMNS = history_columns()  # what `omni regressions` reads of every run
+SWEEPS = [400]  # --sweeps
 
 
 def template_rows(work: Path) -> list[dict]:
@@ -103,14 +106,19 @@ def measure(label: str, results, repeat: int, raw_repeat: int, s3fs_fs=None) -> 
     }
     if s3fs_fs is None:  # through fsspec, 20,000 S3 files one by one would take DuckDB many minutes
         readers["duckdb, run files"] = lambda: duckdb_load(con, f"{prefix}/runs/*/*.parquet", REGRESSION_COLUMNS)
-    out: dict[str, dict[str, list[float]]] = {"raw": {}, "compacted": {}}
+    stages = ("raw", "compacted", "consolidated")
+    out: dict = {stage: {} for stage in stages}
     rows = {}
-    for stage in ("raw", "compacted"):
-        if stage == "compacted":
-            seconds, parts = timed(lambda: store.compact_all(results))
-            out["compact_all_s"] = seconds
-            out["parts"] = len(parts)
+    for stage in stages:
+        if stage == "compacted":  # each sweep into its part, as sweeps do when they end
+            seconds, parts = timed(lambda: [store.compact_sweep(results, f"nightly-{s:04d}") for s in range(SWEEPS[0])])
+            out["compact_s"] = seconds
             readers["duckdb, compacted parts"] = lambda: duckdb_load(con, f"{prefix}/compacted/*/*.parquet", REGRESSION_COLUMNS)
+        if stage == "consolidated":  # omni compact: the 400 loose parts into one file
+            seconds, merged = timed(lambda: store.consolidate(results, at=1))
+            out["consolidate_s"] = seconds
+            readers.pop("duckdb, run files", None)
+            readers["duckdb, consolidated"] = lambda: duckdb_load(con, f"{prefix}/consolidated/*.parquet", REGRESSION_COLUMNS)
         for _ in range(raw_repeat if stage == "raw" else repeat):
             for name, reader in readers.items():
                 seconds, frame = timed(reader)
@@ -118,11 +126,10 @@ def measure(label: str, results, repeat: int, raw_repeat: int, s3fs_fs=None) -> 
                 rows[(stage, name)] = len(frame)
     out["rows"] = {f"{s}/{n}": v for (s, n), v in rows.items()}
     print(f"\n{label}:")
-    for stage in ("raw", "compacted"):
+    for stage in stages:
         for name, values in out[stage].items():
-            print(f"  {stage:<9} {name:<32} {spread(values)}  ({rows[(stage, name)]} rows)")
-    if "compact_all_s" in out:
-        print(f"  compact_all: {out['compact_all_s']:.1f} s, {out['parts']} parts")
+            print(f"  {stage:<12} {name:<32} {spread(values)}  ({rows[(stage, name)]} rows)")
+    print(f"  compact each sweep: {out['compact_s']:.1f} s; consolidate the parts: {out['consolidate_s']:.1f} s")
     return out
 
 
@@ -157,6 +164,7 @@ def main() -> None:
     parser.add_argument("--no-s3", action="store_true")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
+    SWEEPS[0] = args.sweeps
     with tempfile.TemporaryDirectory(prefix="omni-store-bench-") as tmp:
         work = Path(tmp)
         templates = template_rows(work)
@@ -177,17 +185,19 @@ def main() -> None:
             figures["s3"] = measure(f"s3 ({s3.settings.endpoint_url})", s3, args.repeat, 1,
                                     s3fs.S3FileSystem(**s3.settings.storage_options()))  # fmt: skip
         figures["write_read_1000"] = write_read_1000(work, s3, templates, args.raw_repeat)
-        loc = figures["local"]
         print("\nratios (per repetition, median [min-max]):")
-        for stage in ("raw", "compacted"):
-            base = loc[stage]["duckdb, run files"] if stage == "raw" else loc[stage]["duckdb, compacted parts"]
-            print(f"  local {stage}: regressions load / duckdb same files {ratio(loc[stage]['omni regressions load'], base)}")
-        print(f"  local: compacted regressions load / raw {ratio(loc['compacted']['omni regressions load'], loc['raw']['omni regressions load'])}")
-        if s3 is not None:
-            s3f = figures["s3"]
-            print(f"  s3 compacted: regressions load / duckdb same files "
-                  f"{ratio(s3f['compacted']['omni regressions load'], s3f['compacted']['duckdb, compacted parts'])}")
-            print(f"  s3 vs local, compacted regressions load {ratio(s3f['compacted']['omni regressions load'], loc['compacted']['omni regressions load'])}")
+        same = {"raw": "duckdb, run files", "compacted": "duckdb, compacted parts", "consolidated": "duckdb, consolidated"}
+        for where in ("local", "s3"):
+            if where not in figures:
+                continue
+            f = figures[where]
+            for stage, duck in same.items():
+                if duck in f[stage]:
+                    print(f"  {where} {stage}: regressions load / duckdb on the same files {ratio(f[stage]['omni regressions load'], f[stage][duck])}")
+            print(f"  {where}: consolidated / raw regressions load {ratio(f['consolidated']['omni regressions load'], f['raw']['omni regressions load'])}")
+        if "s3" in figures:
+            print(f"  s3 / local, consolidated regressions load "
+                  f"{ratio(figures['s3']['consolidated']['omni regressions load'], figures['local']['consolidated']['omni regressions load'])}")
         if args.json:
             args.json.write_text(json.dumps(figures, indent=1, default=str))
         if isinstance(s3, S3Path):

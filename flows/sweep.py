@@ -22,7 +22,7 @@ from omni.plan import SlotOverride
 from omni.report import summary_markdown, write_outputs
 from omni.runner import PlanItem, RunContext
 from omni.schedule import dispatch
-from omni.store import compact_sweep
+from omni.store import CONSOLIDATE_AT, compact_sweep, consolidate
 from omni.summary import Change, nightly_changes, summarize_sweep, sweep_history
 from omni.sweep import format_table, prepare_sweep, run_and_store, sweep_table, take_over, write_manifest
 
@@ -91,11 +91,14 @@ def compact(results: str, sweep_id: str) -> None:
     log = get_run_logger()
     try:
         part = compact_sweep(results, sweep_id)
+        merged = consolidate(results)
     except OmniError as error:
         log.warning("sweep %s not compacted (its run files stay complete; run omni compact): %s", sweep_id, error)
         return
     if part is not None:
         log.info("sweep %s compacted into %s", sweep_id, part)
+    if merged is not None:
+        log.info("the compacted parts of %d sweeps or more consolidated into %s", CONSOLIDATE_AT, merged)
 
 
 def newest_regressions(results: str, sweep_name: str, sweep_id: str) -> list[Change]:

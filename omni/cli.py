@@ -469,21 +469,23 @@ def compact(
     results: str = RESULTS_OPT,
 ) -> None:
     """Copy finished sweeps' rows into one file per sweep (results/compacted/),
-    so reads open a file per sweep, not per run. Run files stay; rows stored
-    after a compaction go into the sweep's next part. Sweeps compact themselves
-    when they end; this catches up older ones."""
-    from omni.store import compact_all, compact_sweep, stored_run_ids
+    so reads open a file per sweep, not per run, and the parts of 20 sweeps
+    or more into one consolidated file. Run files stay; rows stored after a
+    compaction go into the sweep's next part. Sweeps compact themselves when
+    they end; this catches up older ones."""
+    from omni.store import compact_all, compact_sweep, consolidate, stored_run_ids
 
     if sweep_ids:
         unknown = [s for s in sweep_ids if not stored_run_ids(results, s)]
         if unknown:
             raise OmniError(f"no rows for sweep(s) {', '.join(unknown)} under {results_root(results) / 'runs'}")
         parts = [p for s in sweep_ids if (p := compact_sweep(results, s)) is not None]
+        parts += [f for f in [consolidate(results)] if f is not None]
     else:
         parts = compact_all(results)
     for part in parts:
         out.print(f"wrote {part}", highlight=False)
-    out.print(f"{len(parts)} part(s) written; every other sweep was compacted already", highlight=False)
+    out.print(f"{len(parts)} file(s) written; every other sweep was compacted already", highlight=False)
 
 
 @app.command()

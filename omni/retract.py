@@ -21,7 +21,7 @@ import pyarrow as pa
 
 from omni.errors import OmniError
 from omni.objstore import SCHEME, ResultsPath, S3Path, results_root
-from omni.store import compacted_parts, load_runs, read_parquet, run_file_of, run_files, stored_run_ids, write_once
+from omni.store import compacted_parts, consolidated_files, held_parts, load_runs, part_name, read_parquet, run_file_of, run_files, stored_run_ids, write_once
 
 SCHEMA = pa.schema([
     ("retraction_id", pa.string()),
@@ -103,11 +103,15 @@ def exclusions(results: Path) -> tuple[set[Path], set[str]]:
     results = results_root(results)
     files: set[ResultsPath] = set()
     rows: set[str] = set()
+    held = held_parts(results, consolidated_files(results))
     for row in load_retractions(results).itertuples():
         if row.target_kind == "sweep":  # its run files and compacted parts hold only its rows
             files.update(run_files(results, row.target))
-            files.update(compacted_parts(results, row.target))
-        else:  # a run or a file: its rows may be in a sweep's compacted part too
+            parts = compacted_parts(results, row.target)
+            files.update(parts)
+            if any(part_name(results, p) in held for p in parts):  # a consolidated file holds them with others
+                rows.update(row.run_ids)
+        else:  # a run or a file: its rows may be in a compacted part too
             rows.update(row.run_ids)
     return files, rows
 

@@ -118,7 +118,7 @@ def test_omni_sweeps_and_summarizes_on_s3(s3_results, tmp_path):
     assert (s3_results / "summaries" / f"{sweep_id}.json").is_file()
     assert json.loads((s3_results / "summaries" / f"{sweep_id}.json").read_text())["sweep_id"] == sweep_id
     again = omni("compact", "--results", str(s3_results))
-    assert again.returncode == 0 and "0 part(s) written" in again.stdout, again.stderr
+    assert again.returncode == 0 and "0 file(s) written" in again.stdout, again.stderr
     resumed = omni("sweep", "--resume", sweep_id, "--results", str(s3_results), "--json", "--force", env=local)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert json.loads(resumed.stdout.strip().splitlines()[-1])["runs"] == []  # all stored: nothing to run

@@ -485,3 +485,32 @@ def test_one_row_files_carry_no_statistics_or_registry_text(tmp_path):
     assert all(meta.row_group(0).column(i).statistics is None for i in range(meta.num_columns))
     assert all(not f.metadata for f in pq.read_schema(path))  # meanings stay in the registry
     assert store.load_runs(tmp_path).loc[0, "decode_tok_s"] == 291.0
+
+
+def test_consolidation_merges_loose_parts_and_still_counts_every_row_once(tmp_path):
+    from omni.retract import exclusions, retract
+
+    sweeps = {f"s{i}": store_sweep(tmp_path, f"s{i}", 3) for i in range(3)}
+    for sweep_id in sweeps:
+        store.compact_sweep(tmp_path, sweep_id)
+    assert store.consolidate(tmp_path, at=4) is None  # 3 loose parts: not yet
+    merged = store.consolidate(tmp_path, at=3)
+    assert merged == tmp_path / "consolidated" / "000000.parquet"
+    assert store.held_parts(tmp_path, [merged]) == {f"compacted/sweep={s}/part-0000.parquet" for s in sweeps}
+    assert store.consolidate(tmp_path, at=1) is None  # every part is held
+    everyone = sorted(r for ids in sweeps.values() for r in ids)
+    late = store_sweep(tmp_path, "s1", 1, start=3)  # a run file, then its own loose part
+    for _ in range(2):
+        frame = store.load_runs(tmp_path)
+        assert frame["run_id"].is_unique and sorted(frame["run_id"]) == sorted(everyone + late)
+        assert sorted(store.scan(tmp_path, ["run_id"]).column("run_id").to_pylist()) == sorted(everyone + late)
+        assert sorted(store.load_runs(tmp_path, "s1")["run_id"]) == sorted(sweeps["s1"] + late)
+        store.compact_sweep(tmp_path, "s1")
+    # each level alone holds each of its rows once, and runs/ stays the whole truth
+    assert sorted(pd.read_parquet(tmp_path / "consolidated")["run_id"]) == everyone
+    assert sorted(pd.read_parquet(tmp_path / "runs")["run_id"]) == sorted(everyone + late)
+    # a retracted sweep held by a consolidated file: left out by id
+    retract(tmp_path, "s2", "wrong model")
+    files, ids = exclusions(tmp_path)
+    left = set(store.scan(tmp_path, ["run_id"], skip=files).column("run_id").to_pylist()) - ids
+    assert left == set(sweeps["s0"] + sweeps["s1"] + late)
