@@ -21,6 +21,7 @@ from __future__ import annotations
 import fnmatch
 import functools
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -165,6 +166,22 @@ class S3Path:
 
         return self._info() == pafs.FileType.Directory
 
+    def require_bucket(self) -> None:
+        """Refuse a bucket that does not exist (some servers, SeaweedFS among
+        them, would make one on the first PUT: a typo would file results
+        where nobody looks)."""
+        import pyarrow.fs as pafs
+
+        try:
+            kind = self.filesystem.get_file_info(self.bucket).type
+        except OSError as err:
+            raise _unreachable(self, err) from None
+        if kind != pafs.FileType.Directory:
+            raise OmniError(
+                f"{self}: bucket {self.bucket!r} does not exist at {self.settings.endpoint_url or 'AWS'}; "
+                "fix the name, or create it (omni stack up creates omni-results)"
+            )
+
     def mkdir(self, parents: bool = False, exist_ok: bool = False) -> None:
         """Nothing to make: a prefix exists once an object is under it."""
 
@@ -219,15 +236,22 @@ class S3Path:
     def write_text(self, text: str) -> None:
         self.write_bytes(text.encode())
 
-    def put_once(self, data: bytes) -> None:
-        """PUT with ``If-None-Match: *``; FileExistsError when the key exists."""
+    def put_once(self, data: bytes, attempts: int = 3) -> None:
+        """PUT with ``If-None-Match: *``; FileExistsError when the key exists
+        (412). A 409 (AWS: another conditional write of the key in flight) is
+        asked again: the second answer says who won."""
         client = _filesystems(self.settings)[1]
-        try:
-            client.call_s3("put_object", Bucket=self.bucket, Key=self.key, Body=data, IfNoneMatch="*")
-        except OSError as err:
-            if "pre-condition" in str(err).lower() or "precondition" in str(err).lower() or "412" in str(err):
-                raise FileExistsError(str(self)) from None
-            raise _unreachable(self, err) from None
+        for attempt in range(attempts):
+            try:
+                client.call_s3("put_object", Bucket=self.bucket, Key=self.key, Body=data, IfNoneMatch="*")
+                return
+            except OSError as err:
+                text = str(err).lower()
+                if "pre-condition" in text or "precondition" in text or "412" in text:
+                    raise FileExistsError(str(self)) from None
+                if ("conditionalrequestconflict" not in text and "409" not in text) or attempt == attempts - 1:
+                    raise _unreachable(self, err) from None
+                time.sleep(0.2 * (attempt + 1))
 
     def move_aside(self, target: S3Path) -> None:
         """Copy then delete: not atomic, only ever used on objects no reader counts."""

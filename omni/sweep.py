@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from omni.errors import OmniError
-from omni.objstore import ResultsPath, local_copy, results_root, write_text_once
+from omni.objstore import ResultsPath, S3Path, local_copy, results_root, write_text_once
 
 from omni.plan import SlotOverride, new_sweep_id, plan_sweep, sweep_slots
 from omni.provenance import collect_host_provenance
@@ -142,6 +142,8 @@ def prepare_sweep(
     (``--busy-wait``, seconds) replaces the spec's ``busy_wait_s``.
     """
     results = results_root(results)
+    if isinstance(results, S3Path):
+        results.require_bucket()  # before anything runs: a typo must not file results elsewhere
     if resume:
         if passes is not None:
             raise OmniError(f"--passes cannot change on resume: sweep {resume} keeps the passes it started with")

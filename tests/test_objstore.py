@@ -122,3 +122,18 @@ def test_omni_sweeps_and_summarizes_on_s3(s3_results, tmp_path):
     resumed = omni("sweep", "--resume", sweep_id, "--results", str(s3_results), "--json", "--force", env=local)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert json.loads(resumed.stdout.strip().splitlines()[-1])["runs"] == []  # all stored: nothing to run
+
+
+def test_a_missing_bucket_or_a_wrong_secret_is_one_clear_error(running_stack):  # noqa: F811
+    _url, s3 = running_stack
+    missing = results_root(f"s3://no-such-bucket-{uuid.uuid4().hex[:6]}/x")
+    with pytest.raises(OmniError, match="bucket 'no-such-bucket.*' does not exist"):
+        missing.require_bucket()  # what omni sweep checks first
+    done = omni("sweep", "arms/smoke-synthetic.yaml", "--results", str(missing), "--dry-run")
+    assert done.returncode == 2 and "does not exist" in " ".join(done.stderr.split()), done.stderr
+    wrong = S3Path(f"s3://{s3['bucket']}/x", missing.settings.__class__(
+        missing.settings.endpoint_url, missing.settings.access_key, "not-the-secret", missing.settings.region))
+    with pytest.raises(OmniError, match="object store at http"):
+        store.write_run(wrong, full_row())
+    with pytest.raises(OmniError, match="only a directory|give a directory or s3://"):
+        results_root("gs://bucket/x")
