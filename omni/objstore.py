@@ -273,8 +273,8 @@ ResultsPath = Path | S3Path
 
 def results_root(results: str | Path | S3Path) -> ResultsPath:
     """A results location: a local directory (made absolute) or ``s3://bucket/prefix``."""
-    if isinstance(results, S3Path):
-        return results
+    if isinstance(results, S3Path) or (isinstance(results, Path) and results.is_absolute()):
+        return results  # already a location (called per file: resolve() costs a syscall per part)
     text = str(results)
     if text.startswith(SCHEME):
         return S3Path(text)
