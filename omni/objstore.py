@@ -44,9 +44,23 @@ class S3Settings:
         return {"key": self.access_key, "secret": self.secret_key, "client_kwargs": client}
 
 
+_AWS_VARS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_REGION",
+             "AWS_DEFAULT_REGION")  # fmt: skip
+
+
 def s3_settings() -> S3Settings:
     """Where s3:// results live and the keys to them: AWS variables, else the stack's .env."""
-    env = os.environ
+    from omni import stack
+
+    dotenv = stack.ENV_FILE.stat().st_mtime_ns if stack.ENV_FILE.exists() else None
+    return _settings(tuple(os.environ.get(n) for n in _AWS_VARS), dotenv)
+
+
+@functools.lru_cache(maxsize=8)
+def _settings(aws: tuple[str | None, ...], _dotenv_mtime: int | None) -> S3Settings:
+    """:func:`s3_settings`, once per AWS variables and version of .env (every
+    s3:// path asks, and reading .env parses docker-compose.yml)."""
+    env = dict(zip(_AWS_VARS, aws))
     if env.get("AWS_ACCESS_KEY_ID") and env.get("AWS_SECRET_ACCESS_KEY"):
         return S3Settings(env.get("AWS_ENDPOINT_URL") or env.get("AWS_ENDPOINT_URL_S3"), env["AWS_ACCESS_KEY_ID"],
                           env["AWS_SECRET_ACCESS_KEY"], env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1")  # fmt: skip
@@ -332,12 +346,13 @@ def arrow_source(path: ResultsPath) -> tuple[str, Any]:
     return str(path), None
 
 
-def storage_options(results: str | Path | S3Path = "s3://") -> dict[str, Any] | None:
-    """What ``pd.read_parquet`` needs to read these results (None for a directory)."""
-    root = results_root(results) if str(results) != SCHEME else None
-    if root is not None and not isinstance(root, S3Path):
-        return None
-    return (root.settings if root is not None else s3_settings()).storage_options()
+def storage_options(results: str | Path | S3Path | None = None) -> dict[str, Any] | None:
+    """What ``pd.read_parquet`` needs to read these results: None for a
+    directory, else the keys and endpoint (omni's own without ``results``)."""
+    if results is None:
+        return s3_settings().storage_options()
+    root = results_root(results)
+    return root.settings.storage_options() if isinstance(root, S3Path) else None
 
 
 __all__ = ["ResultsPath", "S3Path", "S3Settings", "arrow_source", "local_copy", "local_scratch", "results_root", "write_text_once", "s3_settings", "storage_options"]

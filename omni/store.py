@@ -746,6 +746,7 @@ def read_table(results_dir: Results, sweep_id: str | None = None, columns: list[
     part holds (one sweep's: its parts and run files). Files are read on a
     thread pool (Parquet decoding and S3 reads release the GIL), each
     upgraded on its own."""
+    results_dir = results_root(results_dir)  # once: parts are named relative to it
     asked = None if columns is None else list(dict.fromkeys([*columns, "run_id"]))
     consolidated = consolidated_files(results_dir) if sweep_id is None else []
     held = held_parts(results_dir, consolidated)
@@ -778,6 +779,7 @@ def scan(results_dir: Results, columns: list[str], skip: set[ResultsPath] = froz
     :func:`omni.retract.exclusions`) are not read. Files of an older schema
     version (or that a dataset cannot read as the current schema) go through
     :func:`read_table`'s per-file upgrade instead."""
+    results_dir = results_root(results_dir)  # once: parts are named relative to it
     consolidated = [p for p in consolidated_files(results_dir) if p not in skip]
     held = held_parts(results_dir, consolidated)
     parts = [p for p in compacted_parts(results_dir) if p not in skip and part_name(results_dir, p) not in held]
