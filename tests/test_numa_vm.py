@@ -49,7 +49,12 @@ def test_one_slot_per_node_every_run_bound_by_policy_and_local(guest):
         assert list(row.mempolicies_seen) == [f"bind:{row.numa_node}"]
         assert list(row.mems_allowed_seen) == [0, 1]  # the cpuset: numactl --membind leaves it alone
         assert row.mem_local_fraction >= 0.99, row.mem_anon_kib_by_node
-        assert row.mem_anon_kib_by_node[row.numa_node] >= 32 * 1024  # the arm touched 32 MiB there
+        # the arm touched 32 MiB there, seen in steady state; on a slow host no
+        # sample may land in the guest's 1 s steady window (rss_anon_steady_mb
+        # null), and the per-node figure is then the first mark's, before the
+        # touch: a known gap (closing note of issue 14), not checked here
+        if not pd.isna(row.rss_anon_steady_mb):
+            assert row.mem_anon_kib_by_node[row.numa_node] >= 32 * 1024
         assert row.numa_maps_reads >= 2 and not row.straddle
 
 
