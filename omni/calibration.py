@@ -85,9 +85,7 @@ def write_calibration(results: Path, frame: pd.DataFrame, metrics: list[str]) ->
     sweeps = sorted(set(frame["sweep_id"]))
     now = datetime.now(timezone.utc)
     record = {"host": host, "sweeps": sweeps, "calibrated_at": now.isoformat(timespec="seconds"), "workloads": workloads}
-    folder = calibrations_dir(results, host)
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{now:%Y%m%dT%H%M%S}-{sweeps[-1]}.json"
+    path = calibrations_dir(results, host) / f"{now:%Y%m%dT%H%M%S}-{sweeps[-1]}.json"
     write_text_once(path, json.dumps(record, indent=1, sort_keys=True) + "\n")
     return path
 

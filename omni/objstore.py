@@ -175,11 +175,6 @@ class S3Path:
 
         return self._info() == pafs.FileType.File
 
-    def is_dir(self) -> bool:
-        import pyarrow.fs as pafs
-
-        return self._info() == pafs.FileType.Directory
-
     def require_bucket(self) -> None:
         """Refuse a bucket that does not exist (some servers, SeaweedFS among
         them, would make one on the first PUT: a typo would file results

@@ -67,7 +67,6 @@ def write_manifest(prepared: PreparedSweep) -> Path:
     path = folder / "manifest.json"
     if path.exists():
         return path  # a resumed sweep keeps the manifest it started with
-    folder.mkdir(parents=True, exist_ok=True)
     spec_copy = folder / f"spec{prepared.loaded.path.suffix.lower()}"
     write_text_once(spec_copy, prepared.loaded.text)
     manifest = {
