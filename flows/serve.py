@@ -22,6 +22,8 @@ PREFECT_YAML = Path(__file__).resolve().parent.parent / "prefect.yaml"
 def build_deployments(path: Path = PREFECT_YAML) -> list:
     deployments = []
     for entry in yaml.safe_load(path.read_text())["deployments"]:
+        if entry["entrypoint"] != "flows/sweep.py:sweep":
+            continue  # a fleet's shards are routed to host queues, which only a work pool has
         schedules = [
             Schedule(cron=s["cron"], timezone=s.get("timezone", "UTC")) for s in entry.get("schedules") or []
         ]

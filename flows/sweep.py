@@ -17,6 +17,7 @@ from prefect.runtime import flow_run
 from prefect.states import Completed, Failed
 
 from omni.errors import OmniError
+from omni.fleet import parse_replacements
 from omni.objstore import results_root
 from omni.plan import SlotOverride
 from omni.report import summary_markdown, write_outputs
@@ -49,6 +50,12 @@ def _outcome(future, item: PlanItem) -> dict:
     except Exception as error:  # noqa: BLE001 - reported, and the flow ends Failed
         return {"run_id": item.run_id, "arm": item.arm.name, "pass_index": item.pass_index,
                 "slot_index": item.slot.index, "status": "error", "error": f"{type(error).__name__}: {error}"}  # fmt: skip
+
+
+def run_items(prepared) -> list[dict]:
+    """Every item of a prepared sweep on this host's slots, as Prefect tasks; their outcomes."""
+    submitted = dispatch(prepared.items, prepared.slots, lambda item: run_arm_task.submit(prepared.context, item))
+    return [_outcome(future, item) for item, future in submitted]
 
 
 def failure_summary(failed: list[dict], total: int) -> str:
@@ -140,6 +147,8 @@ def sweep(
     straddle: bool = False,
     fail_on_regression: bool = False,
     busy_wait: float | None = None,
+    force_hosts: bool = False,
+    replace_hosts: list[str] | None = None,
 ):
     """Load the spec, plan it, run every (arm, pass) on the free slots, tabulate.
 
@@ -150,21 +159,28 @@ def sweep(
     ``fail_on_regression`` (the nightly deployment sets it) ends the flow run
     Failed when this sweep regressed against the earlier sweeps of its spec.
     ``busy_wait`` (seconds) replaces the spec's ``busy_wait_s``: how long a run
-    waits for busy slot CPUs before it is refused.
+    waits for busy slot CPUs before it is refused. A spec with ``hosts:``
+    sends each host its part as a ``sweep-shard`` flow run (flows/fleet.py);
+    ``force_hosts`` splits over hosts that differ, ``replace_hosts``
+    (``OLD=NEW``) resumes a host's missing runs on another.
     """
     override = SlotOverride(tuple(cores or ()), node, straddle)
     prepared = take_over(sweep_id, force=force, results=results, busy_wait=busy_wait) or prepare_sweep(
         spec, passes=passes, results=results, force=force, sweep_id=sweep_id, resume=resume, sysfs_root=sysfs_root,
-        slots_override=override or None, busy_wait=busy_wait,
+        slots_override=override or None, busy_wait=busy_wait, force_hosts=force_hosts,
+        replace_hosts=parse_replacements(replace_hosts),
     )  # fmt: skip
     log = get_run_logger()
     write_manifest(prepared)
-    log.info(
-        "sweep %s: %d of %d run(s) to go on %d slot(s): %s", prepared.sweep_id, len(prepared.items),
-        prepared.planned, len(prepared.slots), "; ".join(s.describe() for s in prepared.slots),
-    )  # fmt: skip
-    submitted = dispatch(prepared.items, prepared.slots, lambda item: run_arm_task.submit(prepared.context, item))
-    outcomes = [_outcome(future, item) for item, future in submitted]
+    where = (f"hosts {', '.join(prepared.fleet['hosts'])} ({prepared.fleet['mode']})" if prepared.fleet else
+             f"{len(prepared.slots)} slot(s): " + "; ".join(s.describe() for s in prepared.slots))  # fmt: skip
+    log.info("sweep %s: %d of %d run(s) to go on %s", prepared.sweep_id, len(prepared.items), prepared.planned, where)
+    if prepared.fleet:
+        from flows.fleet import run_fleet
+
+        outcomes, lost = run_fleet(prepared, results, force, busy_wait)
+    else:
+        outcomes, lost = run_items(prepared), []
     failed = [o for o in outcomes if o["status"] != "ok"]
     compact(results, prepared.sweep_id)
     table = format_table(sweep_table(results, prepared.sweep_id))
@@ -173,12 +189,12 @@ def sweep(
     publish_artifacts(prepared.sweep_id, results, outcomes, failed)
     regressions = newest_regressions(results, prepared.loaded.sweep.name, prepared.sweep_id) if fail_on_regression else []
     summary = {"sweep_id": prepared.sweep_id, "runs": outcomes, "failed": failed, "table": table,
-               "regressions": [asdict(c) for c in regressions]}  # fmt: skip
+               "regressions": [asdict(c) for c in regressions], "lost": lost}  # fmt: skip
     if regressions:
         publish_regressions(prepared.sweep_id, regressions)
         log.warning("%s", regression_summary(regressions))
     if failed or regressions:
-        parts = ([failure_summary(failed, len(outcomes))] if failed else []) + (
+        parts = lost + ([failure_summary(failed, len(outcomes))] if failed else []) + (
             [regression_summary(regressions)] if regressions else [])  # fmt: skip
         return Failed(message="\n".join(parts), data=summary)
     return Completed(message=f"{len(outcomes)} run(s) ok", data=summary)

@@ -185,21 +185,29 @@ def sweep(
     ),
     quiet: bool = typer.Option(False, "--quiet", help="no live progress and no tables: the rows' path and failures"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object (sweep, runs, statuses) and nothing else"),
+    force_hosts: bool = typer.Option(False, "--force-hosts", help="fleet: split over hosts that differ (recorded)"),
+    replace_host: Optional[list[str]] = typer.Option(
+        None, "--replace-host", help="fleet, with --resume: OLD=NEW runs host OLD's missing runs on host NEW"
+    ),
 ) -> None:
     """Run a sweep locally (Prefect ephemeral mode, no server needed): live
-    progress per slot, then the per-arm table and the verdicts against the baseline."""
+    progress per slot, then the per-arm table and the verdicts against the baseline.
+    A spec with hosts: runs on those fleet hosts through PREFECT_API_URL's server."""
     from omni.plan import SlotOverride
     from omni.sweep import hand_over, prepare_sweep
 
     override = SlotOverride(tuple(cores or ()), node, straddle)
     if straddle and not override:
         raise OmniError("--straddle applies to --cores or --node: give one of them, or set slots.straddle in the spec")
+    from omni.fleet import parse_replacements
+
     prepared = prepare_sweep(
         spec, passes=passes, results=results, force=force, resume=resume, sysfs_root=sysfs_root, build=not dry_run,
-        slots_override=override or None, busy_wait=busy_wait,
+        slots_override=override or None, busy_wait=busy_wait, force_hosts=force_hosts,
+        replace_hosts=parse_replacements(replace_host),
     )  # fmt: skip
     if dry_run:
-        print_plan(prepared, results)
+        print_fleet_plan(prepared) if prepared.fleet else print_plan(prepared, results)
         return
     if not prepared.items:
         if as_json:  # the same object as a sweep's, with no run in it
@@ -219,7 +227,21 @@ def sweep(
     hand_over(prepared)  # the flow, in this process, runs it as prepared
     with session_guard():
         run_sweep_flow(sweep_flow, prepared, spec, resume, passes, results, force, sysfs_root, override, busy_wait,
-                       mode="json" if as_json else "quiet" if quiet else "live")  # fmt: skip
+                       mode="json" if as_json else "quiet" if quiet else "live", force_hosts=force_hosts,
+                       replace_hosts=replace_host)  # fmt: skip
+
+
+def print_fleet_plan(prepared) -> None:
+    fleet = prepared.fleet
+    out.print(f"sweep {prepared.sweep_id}: {len(prepared.items)} run(s) of {prepared.planned} on hosts "
+              f"{', '.join(fleet['hosts'])} ({fleet['mode']}), nothing launched (--dry-run)", highlight=False)  # fmt: skip
+    items = {item.run_id: item for item in prepared.items}
+    for shard in fleet["shards"]:
+        instead = f" (host {shard['plan_host']}'s runs)" if shard["plan_host"] != shard["host"] else ""
+        out.print(f"host {shard['host']}{instead}: {len(shard['run_ids'])} run(s)", highlight=False)
+        for rid in shard["run_ids"]:
+            item = items[rid]
+            out.print(f"  pass {item.pass_index} arm {item.arm.name} run {rid}", highlight=False)
 
 
 def session_guard():
@@ -238,15 +260,17 @@ def session_guard():
 
 def run_sweep_flow(
     sweep_flow, prepared, spec, resume, passes, results: str, force: bool, sysfs_root: Path, override, busy_wait=None,
-    mode: str = "live",
+    mode: str = "live", force_hosts: bool = False, replace_hosts: list[str] | None = None,
 ) -> None:
     """The flow on the prepared sweep, then what ``mode`` shows: live (progress,
     the per-arm table once, the verdicts), quiet (the rows' path and
     failures) or json (one object on stdout)."""
-    summary = with_progress(prepared, mode == "live", lambda: call_flow(
+    # a fleet's runs are on its hosts: their progress is in each host's flow run
+    summary = with_progress(prepared, mode == "live" and not prepared.fleet, lambda: call_flow(
         sweep_flow, spec=str(spec) if spec else None, passes=passes, results=str(results), force=force,
         sweep_id=prepared.sweep_id, resume=resume, sysfs_root=str(sysfs_root),
         cores=list(override.cores) or None, node=override.node, straddle=override.straddle, busy_wait=busy_wait,
+        force_hosts=force_hosts, replace_hosts=replace_hosts or None,
     ))  # fmt: skip
     rows = results_root(results) / "runs" / f"sweep={summary['sweep_id']}"
     if mode == "json":
@@ -260,6 +284,8 @@ def run_sweep_flow(
             print_arm_table(summary["sweep_id"], results)
             print_verdicts(summary["sweep_id"], results)
         out.print(f"rows in {rows}")
+        for line in summary.get("lost", []):
+            err.print(line, markup=False, highlight=False, soft_wrap=True)
         for failed in summary["failed"]:
             err.print(f"run {failed['run_id']} ({failed['arm']}) {failed['status']}: {failed['error']}", markup=False)
     if summary["failed"]:
@@ -305,6 +331,57 @@ def serve() -> None:
     from flows.serve import serve_deployments
 
     serve_deployments()
+
+
+@app.command()
+def worker(
+    host: str = typer.Option(..., "--host", help="this host's name in the fleet, e.g. spr-1 (lower-case, digits, _ -)"),
+    lock_dir: Optional[Path] = typer.Option(None, "--lock-dir", help="CPU lock directory (default $OMNI_LOCK_DIR or /tmp/omni-locks)"),
+    sysfs_root: Path = typer.Option(Path("/"), help="plan on this sysfs fixture's topology (placement recorded, not applied)"),
+    heartbeat: int = typer.Option(10, "--heartbeat", min=1, help="seconds between heartbeats; 3 missed: offline"),
+) -> None:
+    """Serve this host in the fleet: publish its facts, then run a Prefect process
+    worker on pool omni polling work queue host-HOST (needs PREFECT_API_URL)."""
+    from omni.fleet import run_worker
+    from omni.schedule import lock_dir as default_lock_dir
+
+    run_worker(host, lock_dir or default_lock_dir(), sysfs_root, heartbeat)
+
+
+@app.command()
+def hosts(as_json: bool = typer.Option(False, "--json", help="one JSON object per host")) -> None:
+    """The fleet's hosts (omni worker --host), their facts and whether each is alive."""
+    import json
+    from datetime import datetime, timezone
+
+    from prefect.client.orchestration import get_client
+
+    from omni.fleet import read_hosts, require_server
+
+    require_server()
+    with get_client(sync_client=True) as client:
+        states = read_hosts(client)
+    if as_json:
+        for state in states.values():
+            beat = state.last_heartbeat.isoformat() if state.last_heartbeat else None
+            print(json.dumps({"host": state.name, "alive": state.online, "last_heartbeat": beat, "facts": state.facts}))
+        return
+    if not states:
+        out.print("no hosts: start omni worker --host NAME on each benchmark host")
+        return
+    table = Table(title="fleet hosts")
+    for name in ("host", "alive", "heartbeat", "cpu", "isa", "topology", "kernel", "envs", "omni", "machine"):
+        table.add_column(name)
+    now = datetime.now(timezone.utc)
+    for state in states.values():
+        f = state.facts or {}
+        beat = f"{(now - state.last_heartbeat).total_seconds():.0f} s ago" if state.last_heartbeat else "never"
+        table.add_row(
+            state.name, "yes" if state.online else "no", beat, str(f.get("cpu_model")), " ".join(f.get("isa") or []),
+            "; ".join(f"node {n}: {c}" for n, c in (f.get("topology") or {}).items()), str(f.get("kernel")),
+            " ".join(f.get("envs") or {}), str(f.get("harness_git_sha") or "")[:12], str(f.get("hostname")),
+        )  # fmt: skip
+    out.print(table)
 
 
 @app.command()

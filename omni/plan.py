@@ -29,10 +29,11 @@ def new_sweep_id(name: str) -> str:
     return f"{name}-{stamp}-{secrets.token_hex(2)}"
 
 
-def run_id_for(sweep_id: str, arm_json: str, pass_index: int, profiled: bool = False) -> str:
+def run_id_for(sweep_id: str, arm_json: str, pass_index: int, profiled: bool = False, host: str | None = None) -> str:
     """A run's identity: a hash of the sweep, the canonical arm and the pass
-    (a profiled pass is a pass of its own)."""
-    key = f"{sweep_id}\n{arm_json}\n{pass_index}" + ("\nprofiled" if profiled else "")
+    (a profiled pass is a pass of its own); in a replicated fleet sweep, the
+    host whose copy of the plan it belongs to."""
+    key = f"{sweep_id}\n{arm_json}\n{pass_index}" + ("\nprofiled" if profiled else "") + (f"\nhost={host}" if host else "")
     return hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
@@ -95,13 +96,16 @@ def sweep_slots(loaded: LoadedSpec, sysfs_root: str | Path = "/", override: Slot
         raise OmniError(f"{source}: {err}") from None
 
 
-def plan_sweep(loaded: LoadedSpec, sweep_id: str, slots: list[Slot], passes: int | None = None) -> list[PlanItem]:
+def plan_sweep(
+    loaded: LoadedSpec, sweep_id: str, slots: list[Slot], passes: int | None = None, host: str | None = None
+) -> list[PlanItem]:
     """Every (arm, pass) in a seeded interleaved order, then the profiled
     passes of the arms that ask for them (``profile:``), interleaved the same way.
 
     Each item's slot is a prediction (round robin, as if every run took the
     same time); at run time it gets whichever slot frees first
-    (:func:`omni.schedule.dispatch`), in this order.
+    (:func:`omni.schedule.dispatch`), in this order. ``host``: the fleet host
+    whose copy of a replicated plan this is (its runs get ids of their own).
     """
     sweep = loaded.sweep
     rng = random.Random(sweep.seed)
@@ -121,7 +125,7 @@ def plan_sweep(loaded: LoadedSpec, sweep_id: str, slots: list[Slot], passes: int
             order = len(items)
             items.append(
                 PlanItem(
-                    run_id=run_id_for(sweep_id, canonical_arm_json(arm), pass_index, is_profiled),
+                    run_id=run_id_for(sweep_id, canonical_arm_json(arm), pass_index, is_profiled, host),
                     sweep_id=sweep_id,
                     sweep_name=sweep.name,
                     arm=arm,

@@ -81,8 +81,14 @@ def collect_python(meta: dict[str, Any]) -> None:
     meta["python_version"] = platform.python_version()
 
 
+HOST_VAR = "OMNI_HOST"  # set by omni worker --host NAME for the flow runs it starts (omni.fleet)
+
+
 def collect_host(meta: dict[str, Any]) -> None:
-    for key, value in (("host", platform.node()), ("kernel", platform.release())):
+    """host: the fleet host name a worker serves (``OMNI_HOST``), else the
+    machine's name; hostname: always the machine's name."""
+    node = platform.node()
+    for key, value in (("host", os.environ.get(HOST_VAR) or node), ("hostname", node), ("kernel", platform.release())):
         if value:
             meta[key] = value
 

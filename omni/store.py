@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 # a results location as callers give it: a directory, or s3://bucket/prefix
 Results = str | Path | ResultsPath
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 STATUSES = ("ok", "failed", "timeout", "refused", "invalid")
 BINDING_METHODS = ("numactl", "sched_setaffinity", "none")
@@ -206,7 +206,8 @@ COLUMNS: tuple[Column, ...] = (
         ("torch_version", _STR, None, "torch version in the engine env"),
         ("python_version", _STR, None, "Python of the orchestrator"),
         ("engine_python_version", _STR, None, "Python of the engine env"),
-        ("host", _STR, None, "host name"),
+        ("host", _STR, None, "host name: the fleet host (omni worker --host) that ran it, else the machine's name"),
+        ("hostname", _STR, None, "the machine's name (two fleet hosts may be one machine) (v6)"),
         ("kernel", _STR, None, "kernel release"),
         ("cpu_model", _STR, None, "CPU model name from /proc/cpuinfo"),
         ("cpu_flags", _STRS, None, "inference-relevant ISA flags present on the CPU"),
@@ -649,7 +650,15 @@ def _v4_to_v5(table: pa.Table) -> pa.Table:
     return table
 
 
-UPGRADES: dict[int, Callable[[pa.Table], pa.Table]] = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4, 4: _v4_to_v5}
+def _v5_to_v6(table: pa.Table) -> pa.Table:
+    """v6 added hostname: before fleets, host was the machine's name."""
+    if "host" in table.column_names and "hostname" not in table.column_names:
+        table = table.append_column("hostname", table.column("host"))
+    return table
+
+
+UPGRADES: dict[int, Callable[[pa.Table], pa.Table]] = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4, 4: _v4_to_v5,
+                                                       5: _v5_to_v6}  # fmt: skip
 
 
 def upgrade_table(table: pa.Table, columns: list[str] | None = None) -> pa.Table:

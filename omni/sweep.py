@@ -42,6 +42,18 @@ class PreparedSweep:
     slots: list[Slot]
     passes: int
     planned: int  # runs in the whole plan
+    # a fleet sweep's coordinator (spec hosts:): no slots here, each shard runs
+    # on its host; {"mode", "hosts", "runs": {plan host: run ids}, "shards": [...]}
+    fleet: dict | None = None
+
+
+@dataclass(frozen=True)
+class Shard:
+    """The part of a fleet sweep one host runs: run ids of ``plan_host``'s plan
+    (a replicated plan has run ids per host; a replacement host runs another's)."""
+
+    plan_host: str
+    run_ids: tuple[str, ...]
 
 
 def manifest_dir(results: str | Path | ResultsPath, sweep_id: str) -> ResultsPath:
@@ -79,6 +91,7 @@ def write_manifest(prepared: PreparedSweep) -> Path:
         "slots": [s.describe() for s in prepared.slots],
         "slots_override": _override_fields(prepared.context.slots_override),
         "run_ids": [item.run_id for item in prepared.items],
+        **({"fleet": {k: prepared.fleet[k] for k in ("mode", "hosts", "runs", "force_hosts")}} if prepared.fleet else {}),
         "created_at": datetime.now(timezone.utc).isoformat(),
     }
     write_text_once(path, json.dumps(manifest, indent=1) + "\n")
@@ -129,6 +142,9 @@ def prepare_sweep(
     build: bool = True,
     slots_override: SlotOverride | None = None,
     busy_wait: float | None = None,
+    shard: Shard | None = None,
+    force_hosts: bool = False,
+    replace_hosts: dict[str, str] | None = None,
 ) -> PreparedSweep:
     """Load and validate everything a sweep needs before anything runs.
 
@@ -139,6 +155,11 @@ def prepare_sweep(
     that (fixture) host's topology and does not apply it. ``slots_override``
     (``--cores``/``--node``) replaces the spec's slot request. ``busy_wait``
     (``--busy-wait``, seconds) replaces the spec's ``busy_wait_s``.
+
+    A spec with ``hosts:`` prepares the fleet's coordinator (which hosts, which
+    runs each; ``force_hosts`` splits over hosts that differ, ``replace_hosts``
+    sends a host's missing runs to another on resume) unless ``shard`` says this
+    is one host's part, which is prepared here like a sweep of its own.
     """
     results = results_root(results)
     if isinstance(results, S3Path):
@@ -156,9 +177,17 @@ def prepare_sweep(
     loaded = load_spec(spec)
     passes = passes or loaded.sweep.passes
     sweep_id = sweep_id or new_sweep_id(loaded.sweep.name)
+    if loaded.sweep.hosts is not None and shard is None:
+        return prepare_fleet(loaded, sweep_id, passes, results, resume=resume, force=force, busy_wait=busy_wait,
+                             force_hosts=force_hosts, replace_hosts=replace_hosts or {})  # fmt: skip
+    if shard is None and (force_hosts or replace_hosts):
+        raise OmniError(f"--force-hosts and --replace-host are for fleet sweeps; {loaded.path} names no hosts:")
     slots_override = slots_override or None
     slots = sweep_slots(loaded, sysfs_root, slots_override)
-    items = plan_sweep(loaded, sweep_id, slots, passes)
+    replicated = shard is not None and loaded.sweep.hosts.mode == "replicate"
+    items = plan_sweep(loaded, sweep_id, slots, passes, host=shard.plan_host if replicated else None)
+    if shard is not None:
+        items = [item for item in items if item.run_id in set(shard.run_ids)]
     planned = len(items)
     if resume:
         stored = stored_run_ids(results, sweep_id)
@@ -180,6 +209,65 @@ def prepare_sweep(
         slots_override=slots_override,
     )
     return PreparedSweep(loaded, sweep_id, context, items, slots, passes, planned)
+
+
+def prepare_fleet(
+    loaded: LoadedSpec, sweep_id: str, passes: int, results: ResultsPath, *, resume: str | None, force: bool,
+    busy_wait: float | None, force_hosts: bool, replace_hosts: dict[str, str],
+) -> PreparedSweep:
+    """A fleet sweep's coordinator: the hosts (alive; identical for split), each
+    one's run ids, and the shards to send: every host's whole part, or on
+    resume each host's missing runs (to its replacement, if one is given).
+    Nothing is built or placed here: each host does that for its part."""
+    from prefect.client.orchestration import get_client
+
+    from omni import fleet
+
+    fleet.require_server()
+    spec_hosts = loaded.sweep.hosts
+    with get_client(sync_client=True) as client:
+        states = fleet.read_hosts(client)
+    if resume:
+        started = read_manifest(results, resume).get("fleet")
+        if started is None:
+            raise OmniError(f"sweep {resume} did not start as a fleet sweep; resume it without hosts:")
+        mode, hosts, runs = started["mode"], started["hosts"], started["runs"]
+        unknown = sorted(set(replace_hosts) - set(hosts))
+        if unknown:
+            raise OmniError(f"--replace-host {', '.join(unknown)}: sweep {resume} ran on {', '.join(hosts)} only")
+        force_hosts = force_hosts or started.get("force_hosts", False)
+    else:
+        if replace_hosts:
+            raise OmniError("--replace-host is for --resume: a new sweep names its hosts in hosts:")
+        mode = spec_hosts.mode
+        hosts = fleet.choose_hosts(spec_hosts.names, mode, states, force_hosts)
+        runs = fleet.assign(loaded, sweep_id, passes, hosts, mode)
+    stored = stored_run_ids(results, sweep_id) if resume else set()
+    shards = [{"host": replace_hosts.get(h, h), "plan_host": h, "run_ids": [r for r in ids if r not in stored]}
+              for h, ids in runs.items()]  # fmt: skip
+    shards = [s for s in shards if s["run_ids"]]
+    if resume and shards:
+        fleet.choose_hosts(sorted({s["host"] for s in shards}), "replicate", states)  # alive, each of them
+        if mode == "split" and replace_hosts:
+            kept = [h for h in hosts if h not in replace_hosts] + list(replace_hosts.values())
+            fleet.check_identical({h: (states[h].facts or {}) for h in dict.fromkeys(kept) if h in states}, force_hosts)
+    # the plan's items (for labels and the manifest): a placeholder slot, each host places its own
+    from omni.plan import plan_sweep
+
+    by_id = {}
+    for host in hosts:
+        planned_for = plan_sweep(loaded, sweep_id, [fleet.NO_SLOT], passes, host=host if mode == "replicate" else None)
+        by_id.update({item.run_id: item for item in planned_for})
+    every = [by_id[r] for ids in runs.values() for r in ids]
+    todo = {r for s in shards for r in s["run_ids"]}
+    context = RunContext(
+        results_dir=results, timeout_s=loaded.sweep.timeout_s, busy_threshold_pct=loaded.sweep.busy_threshold_pct,
+        busy_wait_s=loaded.sweep.busy_wait_s if busy_wait is None else busy_wait, force=force,
+        provenance={"spec_path": str(loaded.path), "spec_sha256": loaded.sha256}, repo_root=REPO_ROOT,
+    )  # fmt: skip
+    info = {"mode": mode, "hosts": hosts, "runs": runs, "shards": shards, "force_hosts": force_hosts,
+            "facts": {h: states[h].facts for h in hosts if h in states}}  # fmt: skip
+    return PreparedSweep(loaded, sweep_id, context, [i for i in every if i.run_id in todo], [], passes, len(every), info)
 
 
 # Sweeps prepared in this process, waiting for the flow that runs them: the

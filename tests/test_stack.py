@@ -54,7 +54,8 @@ def test_compose_and_the_ci_stack_agree():
     assert "SYS_NICE" in worker["cap_add"] and "seccomp=unconfined" in worker["security_opt"]
     workdir = re.search(r"^WORKDIR (\S+)$", (REPO / "Dockerfile").read_text(), re.M).group(1)
     assert f"results:{workdir}/results" in worker["volumes"]
-    assert {d["parameters"]["results"] for d in PREFECT_YAML["deployments"]} == {"results"}  # under workdir
+    sweeps = [d for d in PREFECT_YAML["deployments"] if d["entrypoint"] == "flows/sweep.py:sweep"]
+    assert {d["parameters"]["results"] for d in sweeps} == {"results"}  # under workdir
 
 
 def test_compose_and_the_stack_run_the_same_s3():
@@ -126,9 +127,10 @@ def test_env_file_gets_random_secrets_and_an_older_one_the_missing_keys(tmp_path
 
 
 def test_deployments_are_manual_and_a_nightly_cron_on_a_spec_that_validates():
-    by_name = {d["name"]: d for d in PREFECT_YAML["deployments"]}
+    by_name = {d["name"]: d for d in PREFECT_YAML["deployments"] if d["entrypoint"] == "flows/sweep.py:sweep"}
     assert set(by_name) == {"manual", "nightly"}
-    assert all(d["entrypoint"] == "flows/sweep.py:sweep" for d in by_name.values())
+    shards = [d for d in PREFECT_YAML["deployments"] if d["entrypoint"] == "flows/fleet.py:sweep_shard"]
+    assert [d["name"] for d in shards] == ["fleet"] and len(PREFECT_YAML["deployments"]) == 3
     assert by_name["nightly"]["schedules"][0]["cron"] == "0 2 * * *"
     load_spec(REPO / by_name["nightly"]["parameters"]["spec"])
     served = {d.name: d for d in build_deployments()}

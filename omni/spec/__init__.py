@@ -27,6 +27,7 @@ from omni.errors import SpecError
 from omni.spec.matrix import MAX_MATRIX_ARMS, MatrixBlock
 from omni.spec.models import (
     ENGINE_PARAMS,
+    Hosts,
     Arm,
     LlamacppParams,
     ProfileRequest,
@@ -46,6 +47,7 @@ __all__ = [
     "MAX_MATRIX_ARMS",
     "SUFFIXES",
     "Arm",
+    "Hosts",
     "LlamacppParams",
     "LoadedSpec",
     "MatrixBlock",

@@ -54,6 +54,18 @@ def _check_env_name(value: str) -> str:
     return value
 
 
+HOST_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
+
+
+def _check_host_name(value: str) -> str:
+    if not HOST_NAME.match(value):
+        raise problem(
+            f"{value!r} is not a fleet host name: lower-case letters, digits, _ and - "
+            "(starting with a letter or digit, at most 63), as given to omni worker --host"
+        )
+    return value
+
+
 Name = Annotated[str, AfterValidator(_check_name)]
 EnvName = Annotated[str, AfterValidator(_check_env_name)]
 
@@ -319,3 +331,31 @@ def canonical_arm_json(arm: Arm) -> str:
 
 def arm_hash(arm: Arm) -> str:
     return hashlib.sha256(canonical_arm_json(arm).encode()).hexdigest()
+
+
+class Hosts(SpecModel):
+    """A fleet sweep: which ``omni worker --host NAME`` hosts run it, and how.
+
+    ``replicate`` runs the whole plan on every host (arms judged within each
+    host); ``split`` spreads the passes over hosts that must be identical
+    (ISA, CPU model, topology) to finish sooner.
+    """
+
+    names: Any  # a list of host names, or "all": the hosts alive at the start
+    mode: Literal["replicate", "split"] = "replicate"
+
+    @field_validator("names")
+    @classmethod
+    def _names(cls, value: Any) -> list[str] | str:
+        if value == "all":
+            return value
+        if not isinstance(value, list) or not value:
+            raise problem(f"give a list of host names (as given to omni worker --host) or all, got {value!r}")
+        for name in value:
+            if not isinstance(name, str):
+                raise problem(f"{name!r} is not a host name")
+            _check_host_name(name)
+        repeated = sorted({n for n in value if value.count(n) > 1})
+        if repeated:
+            raise problem(f"host(s) named more than once: {', '.join(repeated)}")
+        return value

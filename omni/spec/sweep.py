@@ -19,7 +19,7 @@ from typing import Any
 from pydantic import Field, ValidationError, field_validator
 
 from omni.spec.matrix import merge_matrix, relocate
-from omni.spec.models import Arm, Name, SlotRequest, SpecModel, arm_hash
+from omni.spec.models import Arm, Hosts, Name, SlotRequest, SpecModel, arm_hash
 from omni.spec.problems import Problem, plain_text, problem, validation_error
 
 CONTROL_SUFFIX = ".control"
@@ -42,6 +42,8 @@ class Sweep(SpecModel):
     # or {default: 0.05, decode_tok_s: 0.02, ...}; unset: 5 % times, 1 % memory
     min_effect: float | dict[str, float] | None = None
     slots: SlotRequest = SlotRequest()
+    # a fleet sweep: the plan runs on these omni worker hosts (omni.fleet); unset: on this host
+    hosts: Hosts | None = None
     # a live A/A control: a replica of the baseline arm, named
     # "<baseline>.control", interleaved like any arm; its verdict against the
     # baseline says whether the host behaved during this sweep.
