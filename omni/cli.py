@@ -721,7 +721,10 @@ def models_make(
 
 def main() -> None:
     try:
-        app(standalone_mode=False)
+        code = app(standalone_mode=False)
+        # without standalone mode click returns a typer.Exit's code instead of exiting with it
+        if isinstance(code, int) and code:
+            sys.exit(code)
     except OmniError as error:
         err.print(f"error: {error}", markup=False, highlight=False)
         sys.exit(EXIT_USER_ERROR)

@@ -269,3 +269,19 @@ def test_quiet_and_json_are_for_scripts(tmp_path):
     record = json.loads(shown.stdout)
     assert record["failed"] == 0 and [r["status"] for r in record["runs"]] == ["ok"] and record["runs"][0]["arm"] == "a"
     assert Path(record["rows"]).is_dir()
+
+
+def test_a_sweep_with_a_failed_run_exits_1_naming_it_and_keeps_the_good_row(tmp_path):
+    """Exit codes: 0 every run ok, 1 a run failed (its row stored), 2 user error.
+    Click returns a typer.Exit's code without standalone mode: omni once exited
+    0 here."""
+    spec = tmp_path / "failing.yaml"
+    spec.write_text(yaml.safe_dump({"name": "failing", "passes": 1, "timeout_s": 60, "arms": [
+        {"name": "good", "engine": "synthetic", "params": {"mem_mb": 8}},
+        {"name": "bad", "engine": "synthetic", "params": {"crash": True}}]}))  # fmt: skip
+    results = tmp_path / "results"
+    done = omni("sweep", str(spec), "--results", str(results), "--force", "--quiet")
+    assert done.returncode == 1, (done.stdout[-2000:], done.stderr[-2000:])
+    assert re.search(r"run \w+ \(bad\) failed: .*synthetic engine crashed", done.stderr), done.stderr[-2000:]
+    rows = load_runs(results).set_index("arm")["status"].to_dict()
+    assert rows == {"good": "ok", "bad": "failed"}
