@@ -109,6 +109,21 @@ def test_passes_needed_by_hand():
         passes_needed(0, 0.1)
 
 
+def test_passes_needed_is_the_least_n_counting_up_from_3():
+    """The search starts at the normal quantiles' n; the answer is the one a
+    count from 3 to 10,000 gives (here every n at once, vectorized)."""
+    from scipy import stats as sps
+
+    n = np.arange(3, 10_000)
+    for effect in (0.01, 0.02, 0.05, 0.2, 1.0):
+        for cv in (0.0, 1e-4, 0.005, 0.02, 0.1, 0.3, 2.0, math.inf, math.nan):
+            for confidence, power in ((0.95, 0.8), (0.9, 0.9), (0.99, 0.5)):
+                t = sps.t.ppf(0.5 + confidence / 2, n - 1) + sps.t.ppf(power, n - 1)
+                ok = n >= 2 * (t * cv / math.log1p(effect)) ** 2
+                expected = int(n[ok][0]) if ok.any() else 10_000
+                assert passes_needed(effect, cv, confidence, power) == expected, (effect, cv, confidence, power)
+
+
 SIMULATIONS = 400
 # Monte Carlo allowance on a 5 % rate over SIMULATIONS draws: 2 standard errors
 FP_BOUND = 0.05 + 2 * math.sqrt(0.05 * 0.95 / SIMULATIONS)
