@@ -62,12 +62,19 @@ def summary_markdown(summary: SweepSummary) -> str:
             outliers = f" ({len(cell.outliers)} outlier(s))" if cell.outliers else ""
             lines.append(f"| {arm} | {metric} | {cell.n}{outliers} | {_num(cell.median)} | {_num(cell.mad)} | {cv} "
                          f"| {ci} | {_num(cell.min)} | {_num(cell.max)} | {verdict} |")  # fmt: skip
-    if summary.control:
+    if summary.control and not summary.hosts:  # a replicated sweep's control is judged per host, below
         judged = [summary.judged[(summary.control, m)] for m in summary.metrics if (summary.control, m) in summary.judged]
         counts = {v: sum(1 for j in judged if j.comparison and j.comparison.verdict == v) for v in VERDICT_COLORS}
         lines += ["", f"Live A/A control `{summary.control}` (a replica of `{summary.baseline}`, interleaved): "
                   + ", ".join(f"{n} {v}" for v, n in counts.items() if n)
                   + (f"; differs on {', '.join(summary.untrusted)}" if summary.untrusted else "; this host behaved")]
+    if summary.hosts:
+        lines += ["", f"Replicated on {len(summary.hosts)} hosts: the table pools their runs; each arm is judged "
+                  "against the baseline within each host (host as a blocking factor), and `vs baseline` says "
+                  "whether the effect holds on every host. Per host:"]  # fmt: skip
+        for host, part in summary.hosts.items():
+            lines += ["", f"## host {host}", "", *[f"- `{a}`: {part.ok[a]} ok of {part.runs[a]} run(s)" for a in part.arms],
+                      "", verdicts_markdown(part, summary.metrics).rstrip()]  # fmt: skip
     lines += ["", "Provenance:"] + provenance_lines(summary.provenance)
     used = {}
     for arm, source in summary.calibrations.items():
@@ -91,7 +98,8 @@ def verdicts_markdown(summary: SweepSummary, metrics: tuple[str, ...] = HEADLINE
     """What to read first after a sweep: each arm against the baseline on the
     headline metrics (every metric: omni summary), and the live control."""
     shown = [m for m in metrics if m in summary.metrics] or list(summary.metrics)
-    lines = [f"against the baseline `{summary.baseline}` (every metric: omni summary {summary.sweep_id}):", "",
+    hosts = f" on {', '.join(summary.hosts)}, within each host" if summary.hosts else ""
+    lines = [f"against the baseline `{summary.baseline}`{hosts} (every metric: omni summary {summary.sweep_id}):", "",
              "| arm | " + " | ".join(shown) + " |", "|---|" + "---|" * len(shown)]  # fmt: skip
     for arm in summary.arms:
         if arm == summary.baseline:
@@ -170,6 +178,7 @@ def as_json(summary: SweepSummary) -> dict:
              **(asdict(j.comparison) if j.comparison else {})}
             for (arm, m), j in summary.judged.items()
         ],
+        "hosts": {host: as_json(part) for host, part in summary.hosts.items()},
     }  # fmt: skip
 
 

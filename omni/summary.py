@@ -275,6 +275,9 @@ class SweepSummary:
     provenance: dict = field(default_factory=dict)  # sweep-wide and per-arm facts (:func:`sweep_provenance`)
     control: str | None = None  # the A/A control arm, a replica of the baseline
     untrusted: dict[str, str] = field(default_factory=dict)  # metric -> why its verdicts are not to be trusted
+    # a replicated fleet sweep: each host's own summary (arms judged within the
+    # host); judged then says, per arm and metric, whether the effect holds on every host
+    hosts: dict[str, "SweepSummary"] = field(default_factory=dict)
 
 
 def _values(frame: pd.DataFrame, arm: str, metric: str) -> list[float]:
@@ -336,10 +339,48 @@ def _too_few_passes(metrics, arms, cells, values, effects) -> list[str]:
 
 
 def summarize_sweep(results: Path, sweep_id: str, include_retracted: bool = False) -> SweepSummary:
-    ok, frame, excluded, profiled = ok_rows(results, sweep_id, include_retracted)
+    rows = ok_rows(results, sweep_id, include_retracted)
+    spec = sweep_spec(results, sweep_id)  # read once: baseline, margins, control and hosts all come from it
+    replicated = spec is not None and spec.hosts is not None and spec.hosts.mode == "replicate"
+    hosts = sorted(rows.timed["host"].dropna().unique()) if replicated else []
+    if len(hosts) < 2:  # a split fleet sweep's hosts are identical by check: one pool of runs
+        return summarize_rows(results, sweep_id, rows, spec, one_host=spec is None or spec.hosts is None)
+    per_host = {}
+    for host in hosts:
+        mine = SweepRows(*(part[part["host"] == host] for part in (rows.ok, rows.timed)), 0,
+                         rows.profiled[rows.profiled["host"] == host])  # fmt: skip
+        per_host[host] = summarize_rows(results, sweep_id, mine, spec)
+    whole = summarize_rows(results, sweep_id, rows, spec, one_host=False)
+    judged = {key: across_hosts(key, per_host) for key in whole.judged}
+    warnings = [f"host {h}: {w}" for h, summary in per_host.items() for w in summary.warnings]
+    return replace(whole, judged=judged, hosts=per_host, untrusted={}, warnings=tuple(warnings))
+
+
+def across_hosts(key: tuple[str, str], per_host: dict[str, SweepSummary]) -> Judged:
+    """One arm and metric over a replicated sweep's hosts, host as a blocking
+    factor: judged within each host, then whether every host agrees."""
+    seen = {}
+    for host, summary in per_host.items():
+        judged = summary.judged.get(key)
+        comparison = judged.comparison if judged else None
+        verdict = judged.refused if judged and judged.refused else comparison.verdict if comparison else "no runs"
+        if key[1] in summary.untrusted:
+            verdict = "untrustworthy"
+        ratio = f" x{comparison.ratio:.3f}" if comparison and comparison.ratio is not None else ""
+        seen[host] = (verdict, f"{host} {verdict}{ratio}")
+    verdicts = {v for v, _ in seen.values()}
+    text = "; ".join(t for _, t in seen.values())
+    if len(verdicts) == 1 and verdicts <= {"better", "worse", "equivalent"}:
+        return Judged(None, f"{verdicts.pop()} on every host ({text})")
+    return Judged(None, f"differs by host ({text})")
+
+
+def summarize_rows(results: Path, sweep_id: str, rows: SweepRows, spec, one_host: bool = True) -> SweepSummary:
+    """The summary of some rows of a sweep (all of them, or one host's);
+    ``one_host`` False: a fleet's rows, whose host column differs by design."""
+    ok, frame, excluded, profiled = rows
     arms = list(dict.fromkeys(frame["arm"]))
     metrics = [m for m in metric_columns() if ok[m].notna().any()]
-    spec = sweep_spec(results, sweep_id)  # read once: baseline, margins and control all come from it
     effects = min_effects(spec, metrics)
     baseline = baseline_of(spec, arms)
     calibrations = arm_calibrations(results, frame, arms)
@@ -359,7 +400,8 @@ def summarize_sweep(results: Path, sweep_id: str, include_retracted: bool = Fals
     warnings += [f"untrustworthy {metric}: {why}" for metric, why in untrusted.items()]
     provenance = sweep_provenance(frame, arms)
     warnings += [f"mixed provenance: {key} differs between the sweep's runs ({', '.join(map(str, values))})"
-                 for key, values in provenance["sweep"].items() if isinstance(values, list) and key in MUST_AGREE]
+                 for key, values in provenance["sweep"].items()
+                 if isinstance(values, list) and key in MUST_AGREE and (one_host or key != "host")]
     void = void_arms(profiled)
     warnings += [f"void arm {arm}: every number of it is void, its timed runs included: {why}" for arm, why in void.items()]
     return SweepSummary(
