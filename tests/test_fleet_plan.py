@@ -1,0 +1,146 @@
+"""Fleet sweeps without a server: which hosts, which runs each, what a
+resume sends where, and the refusals (omni.fleet, omni.sweep.prepare_fleet)."""
+
+from __future__ import annotations
+
+import contextlib
+from datetime import datetime, timedelta, timezone
+
+import pytest
+import yaml
+
+from omni import fleet
+from omni.errors import OmniError, SpecError
+from omni.fleet import HostState
+from omni.plan import plan_sweep
+from omni.spec import load_spec
+from omni.store import run_path
+from omni.sweep import prepare_sweep, write_manifest
+from tests.conftest import REPO
+
+EPYC = {"cpu_model": "AMD EPYC 7763", "isa": ["avx", "avx2", "fma"], "topology": {"0": "0-63"}}
+SPR = {"cpu_model": "Intel Xeon Platinum 8480C", "isa": ["amx_bf16", "avx", "avx2", "avx512f", "fma"],
+       "topology": {"0": "0-55,112-167", "1": "56-111,168-223"}}  # fmt: skip
+
+
+def spec(tmp_path, hosts: dict, passes: int = 3):
+    data = yaml.safe_load((REPO / "arms" / "smoke-synthetic.yaml").read_text())
+    data.update(passes=passes, hosts=hosts)
+    path = tmp_path / "fleet.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def alive(name: str, facts: dict) -> HostState:
+    return HostState(name, {**facts, "host": name}, True, datetime.now(timezone.utc))
+
+
+def dead(name: str, facts: dict, ago_s: float = 90) -> HostState:
+    return HostState(name, {**facts, "host": name}, False, datetime.now(timezone.utc) - timedelta(seconds=ago_s))
+
+
+@pytest.fixture
+def server(monkeypatch):
+    """A Prefect API that knows the hosts the test puts in ``states``."""
+    states: dict[str, HostState] = {}
+    monkeypatch.setenv("PREFECT_API_URL", "http://127.0.0.1:9/api")
+    monkeypatch.setattr("prefect.client.orchestration.get_client", lambda **_: contextlib.nullcontext(None))
+    monkeypatch.setattr(fleet, "read_hosts", lambda client: states)
+    return states
+
+
+@pytest.mark.parametrize(
+    "hosts, needle",
+    [
+        ({"names": ["a", "B"]}, "'B' is not a fleet host name"),
+        ({"names": ["a", "a"]}, "host(s) named more than once: a"),
+        ({"names": []}, "give a list of host names"),
+        ({"names": "a"}, "give a list of host names"),
+        ({"names": ["a"], "mode": "spread"}, "hosts.mode: must be 'replicate' or 'split'"),
+        ({"names": ["a"], "extra": 1}, "hosts.extra"),
+    ],
+)
+def test_a_bad_hosts_block_names_the_field_and_line(tmp_path, hosts, needle):
+    path = spec(tmp_path, hosts)
+    with pytest.raises(SpecError) as caught:
+        load_spec(path)
+    assert needle in str(caught.value) and f"{path}:" in str(caught.value)
+
+
+def test_replicate_gives_every_host_the_whole_plan_with_run_ids_of_its_own(tmp_path):
+    loaded = load_spec(spec(tmp_path, {"names": ["a", "b"]}))
+    runs = fleet.assign(loaded, "s1", 3, ["a", "b"], "replicate")
+    assert len(runs["a"]) == len(runs["b"]) == 9 and not set(runs["a"]) & set(runs["b"])
+    assert runs == fleet.assign(loaded, "s1", 3, ["a", "b"], "replicate")  # deterministic: resume replans them
+
+
+def test_split_gives_each_host_whole_passes_of_the_one_plan(tmp_path):
+    loaded = load_spec(spec(tmp_path, {"names": ["a", "b"], "mode": "split"}))
+    items = plan_sweep(loaded, "s1", [fleet.NO_SLOT], 3)
+    runs = fleet.assign(loaded, "s1", 3, ["a", "b"], "split")
+    passes = {h: {i.pass_index for i in items if i.run_id in ids} for h, ids in runs.items()}
+    assert passes == {"a": {0, 2}, "b": {1}}
+    assert sorted(runs["a"] + runs["b"]) == sorted(i.run_id for i in items)  # the run ids of the plan on one host
+
+
+def test_split_differences_name_each_fact_and_host():
+    assert fleet.split_differences({"a": EPYC, "b": dict(EPYC)}) == []
+    lines = fleet.split_differences({"a": EPYC, "b": SPR})
+    assert [line.split(":")[0] for line in lines] == ["cpu_model", "isa", "topology"]
+    assert "b has amx_bf16, avx512f" in lines[1] and "a has (none beyond the common ones)" in lines[1]
+    assert "b node 0 cpus 0-55,112-167, node 1 cpus 56-111,168-223" in lines[2]
+
+
+def test_hosts_are_chosen_alive_and_identical_for_split():
+    states = {"a": alive("a", EPYC), "b": alive("b", SPR), "c": dead("c", EPYC), "d": alive("d", EPYC)}
+    assert fleet.choose_hosts("all", "replicate", states) == ["a", "b", "d"]
+    assert fleet.choose_hosts(["a", "d"], "split", states) == ["a", "d"]
+    with pytest.raises(OmniError, match=r"host c is offline: its worker's last heartbeat was 9\d s ago"):
+        fleet.choose_hosts(["a", "c"], "replicate", states)
+    with pytest.raises(OmniError, match="host x is unknown.*Alive hosts: a, b, d"):
+        fleet.choose_hosts(["x"], "replicate", states)
+    with pytest.raises(OmniError, match="these differ: cpu_model: a 'AMD EPYC 7763'; b 'Intel"):
+        fleet.choose_hosts(["a", "b"], "split", states)
+    assert fleet.choose_hosts(["a", "b"], "split", states, force=True) == ["a", "b"]
+    with pytest.raises(OmniError, match="no host is alive"):
+        fleet.choose_hosts("all", "replicate", {"c": states["c"]})
+
+
+def test_resume_sends_exactly_the_missing_runs_to_their_host_or_its_replacement(tmp_path, server):
+    server.update(a=alive("a", EPYC), b=alive("b", EPYC), c=alive("c", EPYC), d=alive("d", SPR))
+    results = tmp_path / "results"
+    started = prepare_sweep(spec(tmp_path, {"names": ["a", "b"], "mode": "split"}), results=results)
+    assert started.fleet["hosts"] == ["a", "b"] and not started.slots and not started.context.resources
+    assert [s["host"] for s in started.fleet["shards"]] == ["a", "b"] and len(started.items) == 9
+    write_manifest(started)
+    runs = started.fleet["runs"]
+    for run_id in runs["a"] + runs["b"][:1]:  # a finished, b stored one run and died
+        path = run_path(results, started.sweep_id, run_id)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"")
+    server["b"] = dead("b", EPYC)
+    with pytest.raises(OmniError, match="host b is offline"):
+        prepare_sweep(None, resume=started.sweep_id, results=results)
+    moved = prepare_sweep(None, resume=started.sweep_id, results=results, replace_hosts={"b": "c"})
+    assert moved.fleet["shards"] == [{"host": "c", "plan_host": "b", "run_ids": runs["b"][1:]}]
+    assert [i.run_id for i in moved.items] == runs["b"][1:] and moved.planned == 9
+    with pytest.raises(OmniError, match="these differ: cpu_model"):  # split: the replacement must match too
+        prepare_sweep(None, resume=started.sweep_id, results=results, replace_hosts={"b": "d"})
+    with pytest.raises(OmniError, match="ran on a, b only"):
+        prepare_sweep(None, resume=started.sweep_id, results=results, replace_hosts={"e": "c"})
+    server["b"] = alive("b", EPYC)
+    back = prepare_sweep(None, resume=started.sweep_id, results=results)
+    assert back.fleet["shards"] == [{"host": "b", "plan_host": "b", "run_ids": runs["b"][1:]}]
+
+
+def test_a_fleet_spec_needs_a_server_and_force_flags_need_a_fleet(tmp_path, monkeypatch):
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    with pytest.raises(OmniError, match="set PREFECT_API_URL"):
+        prepare_sweep(spec(tmp_path, {"names": ["a"]}), results=tmp_path / "r")
+    local = tmp_path / "local.yaml"
+    local.write_text((REPO / "arms" / "smoke-synthetic.yaml").read_text())
+    with pytest.raises(OmniError, match="for fleet sweeps"):
+        prepare_sweep(local, results=tmp_path / "r", force_hosts=True, build=False)
+    assert not (tmp_path / "r").exists()
+    with pytest.raises(OmniError, match="give OLD=NEW"):
+        fleet.parse_replacements(["b"])
