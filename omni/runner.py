@@ -386,6 +386,13 @@ def fill_binding(row: dict, proc: EngineProcess, item: PlanItem, method: str) ->
         warn(row, "remote_memory", f"only {check.local_fraction:.0%} of the tree's anonymous memory sits on the slot's "
              f"node(s) {format_cpulist(item.slot.mems)} ({describe_nodes(check.anon_kib_by_node)}): its memory "
              "mostly lives off its node, so its speed is that of remote memory")  # fmt: skip
+    unread = sampler.numa_not_steady()
+    row["numa_steady_missing"] = None if unread is None else len(unread)
+    if unread:
+        names = ", ".join(f"{p.name} ({p.pid})" for p in unread)
+        warn(row, "numa_not_steady", f"{len(unread)} process(es) got no numa_maps read in steady state ({names}): "
+             "their memory per node (mem_anon_kib_by_node, mem_local_fraction) is from an earlier read, perhaps "
+             "before they touched their memory; the steady window was too short for this host to read them")  # fmt: skip
     if sampler.error and row["status"] == "ok":
         row.update(status="invalid", error=sampler.error)
     if check.violations and row["status"] == "ok":

@@ -248,6 +248,7 @@ class TreeSampler:
         self._numa_due = False
         self._numa_live = False
         self._thread_policies_read = False
+        self.steady_pids: set[int] | None = None  # the tree when the engine said steady
         self._next_tree = self._next_pss = self._next_numa = 0.0
         self._bindings: dict[tuple[int, str, str], tuple[list[int], list[int]]] = {}
         self._statm = StatmReader()
@@ -265,12 +266,22 @@ class TreeSampler:
     def mark(self, phase: str) -> None:
         """Record that the engine entered ``phase`` (called by the log reader)."""
         self.phase_marks.append((time.monotonic(), phase))
+        if phase == "steady" and self.steady_pids is None:
+            self.steady_pids = set(self._pids)
         self._phase = phase
         self._tree_due = self._pss_due = self._numa_live = True
         # numa_maps at the first mark and in steady state only: after "loaded"
         # comes the engine's warm-up and timed work, which a 60 ms read of a
         # vLLM tree on a shared core would disturb; paced reads go on between
         self._numa_due = self._numa_due or phase in NUMA_PHASES or len(self.phase_marks) == 1
+
+    def numa_not_steady(self) -> list[NumaSeen] | None:
+        """Processes of the tree at the steady mark whose numa_maps got no read
+        in steady state (their per-node memory is from an earlier read, maybe
+        before they touched it); None when the engine never got to steady."""
+        if self.steady_pids is None:
+            return None
+        return [seen for pid, seen in sorted(self.numa_seen.items()) if pid in self.steady_pids and seen.steady is None]
 
     def phase_names(self) -> list[str]:
         return [phase for _, phase in self.phase_marks]

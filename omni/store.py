@@ -158,6 +158,8 @@ COLUMNS: tuple[Column, ...] = (
         ("numa_by_proc", _STR, None, "per process: pid, name, policies, anon/file KiB per node, JSON list (v3)", _JSON),
         ("numa_maps_reads", _I32, None, "reads of the whole tree's numa_maps during the run (v3)"),
         ("numa_maps_cpu_ms", _F64, "ms", "CPU the sampler spent reading numa_maps, all reads (v3)"),
+        ("numa_steady_missing", _I32, None, "processes of the tree at the steady mark with no numa_maps read in "
+         "steady state: their memory per node is from an earlier read; null: the run never got to steady (v6)"),
         ("busy_max_pct", _F64, "%", "busiest slot CPU's load just before the run"),
         ("busy_waited_s", _F64, "s", "time the run waited for its slot's CPUs to fall below the busy threshold (v4)"),
         ("command", _STR, None, "engine command line, JSON argv list", _JSON),
@@ -651,7 +653,8 @@ def _v4_to_v5(table: pa.Table) -> pa.Table:
 
 
 def _v5_to_v6(table: pa.Table) -> pa.Table:
-    """v6 added hostname: before fleets, host was the machine's name."""
+    """v6 added hostname (before fleets, host was the machine's name) and
+    numa_steady_missing (not counted before: unknown)."""
     if "host" in table.column_names and "hostname" not in table.column_names:
         table = table.append_column("hostname", table.column("host"))
     return table

@@ -42,7 +42,8 @@ from omni.store import COLUMNS, COLUMNS_BY_NAME, load_ops, load_runs
 from omni.store import profiled as is_profiled
 
 # rows carry these rules from the runner; a comparison over such rows warns
-ROW_RULES = ("context_len_unset", "prompt_len_le_1", "forced_busy", "teardown_crash", "placement_simulated")
+ROW_RULES = ("context_len_unset", "prompt_len_le_1", "forced_busy", "teardown_crash", "placement_simulated",
+             "numa_not_steady")  # fmt: skip
 
 
 def metric_columns() -> list[str]:

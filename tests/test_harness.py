@@ -161,6 +161,7 @@ def test_memory_policy_and_locality_are_recorded_and_a_reset_policy_is_invalid(t
     assert set(bound["mempolicies_seen"]) <= {f"bind:{node}", "local"}  # local: OpenBLAS buffers, if loaded
     assert bound["mem_local_fraction"] == 1.0 and bound["mem_anon_kib_by_node"][node] >= 64 * 1024
     assert len(bound["numa_by_proc"]) == 2 and bound["numa_maps_reads"] >= 2
+    assert bound["numa_steady_missing"] == 0 and "numa_not_steady" not in bound["warning_rules"]
     assert reset["status"] == "invalid" and not reset["binding_ok"]
     assert f"memory policy default, not bind:{node}" in reset["error"] and "pid " in reset["error"]
     assert "default" in reset["mempolicies_seen"]

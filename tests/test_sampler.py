@@ -3,7 +3,8 @@ import subprocess
 import sys
 import time
 
-from omni.sampler import TreeSampler, descendants, parent_map, summarize_series
+from omni.mempolicy import parse_numa_maps
+from omni.sampler import NumaSeen, TreeSampler, descendants, parent_map, summarize_series
 
 CHILD = [sys.executable, "-m", "omni.engines.synthetic", "--child"]
 
@@ -80,3 +81,17 @@ def test_sampler_survives_a_vanished_root():
     # reaped before the first look: nothing to measure, and that is no error
     assert sampler.samples == [] and sampler.pss_samples == [] and sampler.seen == {}
     assert sampler.error is None
+
+
+def test_processes_with_no_steady_numa_read_are_named():
+    """A process of the tree at the steady mark whose numa_maps was last read
+    before it (a slow host: no read landed in the steady window) is counted;
+    one read in steady state, or one gone before the mark, is not."""
+    sampler = TreeSampler(root_pid=os.getpid())
+    assert sampler.numa_not_steady() is None  # never got to steady
+    maps = parse_numa_maps(b"7f0000000000 bind:0 anon=16 dirty=16 N0=16 kernelpagesize_kB=4\n")
+    sampler.numa_seen = {1: NumaSeen(1, "engine", maps), 2: NumaSeen(2, "worker", maps, steady=maps),
+                         3: NumaSeen(3, "helper", maps)}  # fmt: skip
+    sampler._pids = {1, 2}  # helper 3 ended before steady
+    sampler.mark("steady")
+    assert [p.name for p in sampler.numa_not_steady()] == ["engine"]
