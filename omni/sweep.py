@@ -178,6 +178,9 @@ def prepare_sweep(
     passes = passes or loaded.sweep.passes
     sweep_id = sweep_id or new_sweep_id(loaded.sweep.name)
     if loaded.sweep.hosts is not None and shard is None:
+        if slots_override or Path(sysfs_root).resolve() != Path("/"):
+            raise OmniError(f"{loaded.path} names hosts: each host plans its own slots from the spec's slots: "
+                            "(and its worker's --sysfs-root); --cores, --node and --sysfs-root are for one host")  # fmt: skip
         return prepare_fleet(loaded, sweep_id, passes, results, resume=resume, force=force, busy_wait=busy_wait,
                              force_hosts=force_hosts, replace_hosts=replace_hosts or {})  # fmt: skip
     if shard is None and (force_hosts or replace_hosts):
