@@ -190,7 +190,13 @@ def prepare_sweep(
     replicated = shard is not None and loaded.sweep.hosts.mode == "replicate"
     items = plan_sweep(loaded, sweep_id, slots, passes, host=shard.plan_host if replicated else None)
     if shard is not None:
-        items = [item for item in items if item.run_id in set(shard.run_ids)]
+        asked = set(shard.run_ids)
+        foreign = asked - {item.run_id for item in items}
+        if foreign:
+            raise OmniError(f"{len(foreign)} run id(s) sent to this host are not in sweep {sweep_id}'s plan for "
+                            f"host {shard.plan_host} (e.g. {sorted(foreign)[0]}): this host's omni plans differently "
+                            f"(its commit: {collect_host_provenance().get('harness_git_sha')}); run one omni on every host")  # fmt: skip
+        items = [item for item in items if item.run_id in asked]
     planned = len(items)
     if resume:
         stored = stored_run_ids(results, sweep_id)

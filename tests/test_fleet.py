@@ -67,14 +67,18 @@ class Host:
     def kill(self) -> int:
         """SIGKILL every process of this host, as if it lost power; how many there were.
         The worker set OMNI_HOST after it started, so it is found by its pid."""
-        pids = find_run_processes(self.name, var=HOST_VAR) | {self.proc.pid}
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        killed = set()
+        for _ in range(5):  # again: a child forked between the scan and the kill
+            pids = (find_run_processes(self.name, var=HOST_VAR) | {self.proc.pid}) - killed
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            killed |= pids
+            time.sleep(0.2)
         self.proc.wait(10)
-        return len(pids)
+        return len(killed)
 
 
 @pytest.fixture(scope="module")
