@@ -60,9 +60,14 @@ class Host:
             time.sleep(1)
 
     def alive(self) -> bool:
-        done = omni(self.url, "hosts", "--json", timeout=60)
-        hosts = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-        return any(h["host"] == self.name and h["alive"] for h in hosts)
+        from prefect.client.orchestration import get_client
+        from prefect.settings import PREFECT_API_URL, temporary_settings
+
+        from omni.fleet import read_hosts
+
+        with temporary_settings({PREFECT_API_URL: self.url}), get_client(sync_client=True) as client:
+            state = read_hosts(client).get(self.name)
+        return state is not None and state.online
 
     def kill(self) -> int:
         """SIGKILL every process of this host, as if it lost power; how many there were.
