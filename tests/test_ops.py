@@ -176,14 +176,17 @@ def test_profiled_vllm_runs_store_ops_and_a_mislabeled_int4_head_is_invalid(tmp_
     """Two profiled runs in the real vLLM env: an honest int4 head passes the
     bf16-head rule, the same arm with its head left in bf16 behind its back
     (the test-only fault OMNI_FAULT_INT4_HEAD=bf16) is invalid, with the op."""
+    from omni.schedule import run_concurrently
     from omni.sweep import prepare_sweep, run_and_store
-    from tests.test_engines import write_spec
+    from tests.test_engines import SIDE_BY_SIDE, write_spec
 
     arms = [{"name": "int4", **VLLM_INT4},
             {"name": "int4-mislabeled", **VLLM_INT4, "env": {"OMNI_FAULT_INT4_HEAD": "bf16"}}]  # fmt: skip
     results = tmp_path / "results"
-    prepared = prepare_sweep(write_spec(tmp_path, arms), results=results)
-    rows = {item.arm.name: run_and_store(prepared.context, item) for item in prepared.items if item.profiled}
+    prepared = prepare_sweep(write_spec(tmp_path, arms, **SIDE_BY_SIDE), results=results)
+    profiled = [item for item in prepared.items if item.profiled]  # the two profiled runs, side by side
+    done = run_concurrently(profiled, prepared.slots, lambda item: run_and_store(prepared.context, item))
+    rows = {row["arm"]: row for row in done}
     honest, lying = rows["int4"], rows["int4-mislabeled"]
     assert honest["status"] == "ok", honest.get("error")
     assert honest["profiled"] and honest["profile_steps"] == 6 and honest["profile_overhead"] > 0
