@@ -23,7 +23,7 @@ from omni.errors import OmniError
 from omni.fleet import SHARD_DEPLOYMENT, SYSFS_VAR, HostState, queue_name, read_hosts
 from omni.provenance import HOST_VAR
 from omni.store import load_runs
-from omni.sweep import PreparedSweep, Shard, prepare_sweep
+from omni.sweep import SKIPPED, PreparedSweep, Shard, prepare_sweep
 
 POLL_S = 2.0
 # a part may take this long past its runs' own timeouts (worker start, flow-run start, storing)
@@ -60,7 +60,7 @@ def sweep_shard(
     log.info("host %s: %d of %d run(s) of sweep %s to go on %s", host, len(prepared.items), len(run_ids), sweep_id,
              "; ".join(s.describe() for s in prepared.slots))  # fmt: skip
     outcomes = run_items(prepared)
-    failed = [o for o in outcomes if o["status"] != "ok"]
+    failed = [o for o in outcomes if o["status"] not in ("ok", SKIPPED)]
     if failed:
         return Failed(message=f"host {host}: " + failure_summary(failed, len(outcomes)))
     return Completed(message=f"host {host}: {len(outcomes)} run(s) ok")

@@ -25,7 +25,7 @@ from omni.runner import PlanItem, RunContext
 from omni.schedule import dispatch
 from omni.store import CONSOLIDATE_AT, compact_sweep, consolidate
 from omni.summary import Change, nightly_changes, summarize_sweep, sweep_history
-from omni.sweep import format_table, prepare_sweep, run_and_store, sweep_table, take_over, write_manifest
+from omni.sweep import SKIPPED, format_table, prepare_sweep, run_and_store, sweep_table, take_over, write_manifest
 
 OUTCOME_KEYS = ("run_id", "arm", "pass_index", "slot_index", "status", "error")
 
@@ -36,7 +36,9 @@ def run_arm_task(context: RunContext, item: PlanItem) -> dict:
     row = run_and_store(context, item, {"prefect_flow_run_id": flow_run.get_id()})
     log = get_run_logger()
     message = f"{item.arm.name} pass {item.pass_index} on {item.slot.describe()}: {row['status']}"
-    if row["status"] != "ok":
+    if row["status"] == SKIPPED:
+        log.info("%s: %s", message, row.get("error"))
+    elif row["status"] != "ok":
         log.warning("%s: %s", message, row.get("error"))
     else:
         log.info("%s, decode %.1f tok/s", message, row.get("decode_tok_s") or float("nan"))
@@ -181,7 +183,7 @@ def sweep(
         outcomes, lost = run_fleet(prepared, results, force, busy_wait)
     else:
         outcomes, lost = run_items(prepared), []
-    failed = [o for o in outcomes if o["status"] != "ok"]
+    failed = [o for o in outcomes if o["status"] not in ("ok", SKIPPED)]
     compact(results, prepared.sweep_id)
     table = format_table(sweep_table(results, prepared.sweep_id))
     # the per-arm table is in the artifacts and results/summaries; omni sweep prints it once
@@ -197,4 +199,6 @@ def sweep(
         parts = lost + ([failure_summary(failed, len(outcomes))] if failed else []) + (
             [regression_summary(regressions)] if regressions else [])  # fmt: skip
         return Failed(message="\n".join(parts), data=summary)
-    return Completed(message=f"{len(outcomes)} run(s) ok", data=summary)
+    skipped = sum(o["status"] == SKIPPED for o in outcomes)
+    taken = f", {skipped} skipped (another process ran them)" if skipped else ""
+    return Completed(message=f"{len(outcomes) - skipped} run(s) ok{taken}", data=summary)

@@ -220,8 +220,7 @@ def sweep(
         if not quiet:
             print_arm_table(prepared.sweep_id, results)
         return
-    # benchmark hosts are often offline: Prefect's temporary server must not phone home
-    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    prefect_defaults()
     from flows.sweep import sweep as sweep_flow
 
     hand_over(prepared)  # the flow, in this process, runs it as prepared
@@ -242,6 +241,14 @@ def print_fleet_plan(prepared) -> None:
         for rid in shard["run_ids"]:
             item = items[rid]
             out.print(f"  pass {item.pass_index} arm {item.arm.name} run {rid}", highlight=False)
+
+
+def prefect_defaults() -> None:
+    """Prefect's temporary server as a benchmark host needs it, unless the user
+    set otherwise: no phoning home (hosts are often offline), and 90 s rather
+    than 20 s to start (a loaded host, or two sweeps starting at once, missed 20)."""
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
 
 
 def session_guard():
@@ -613,7 +620,7 @@ def run_local_sweep(spec: Path, passes, results: str, force: bool) -> str:
 
     prepared = prepare_sweep(spec, passes=passes, results=results, force=force)
     hand_over(prepared)
-    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    prefect_defaults()
     from flows.sweep import sweep as sweep_flow
 
     with session_guard():

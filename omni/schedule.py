@@ -106,3 +106,23 @@ def hold_cpus(cpus: tuple[int, ...], directory: Path | None = None) -> Iterator[
     finally:
         for fd in fds:
             os.close(fd)  # closing the only descriptor releases its flock
+
+
+@contextmanager
+def claim_run(run_id: str, directory: Path | None = None) -> Iterator[bool]:
+    """Claim one run id on this host, without waiting: True while this process
+    holds it, False when another process does (two resumes of one sweep, a
+    deployment run racing a CLI run). The kernel drops the claim if the
+    holder dies; the small lock files stay, as the CPU locks do."""
+    directory = (directory or lock_dir()) / "runs"
+    directory.mkdir(parents=True, exist_ok=True)
+    fd = os.open(directory / f"{run_id}.lock", os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)

@@ -20,8 +20,8 @@ from omni.provenance import collect_host_provenance
 from omni.resources import resolve_all
 from omni.runner import SIDE_KEYS, PlanItem, RunContext, run_arm
 from omni.spec import LoadedSpec, load_spec
-from omni.schedule import hold_cpus, run_concurrently
-from omni.store import load_runs, stored_run_ids, write_run, write_side_table
+from omni.schedule import claim_run, hold_cpus, run_concurrently
+from omni.store import load_runs, run_path, stored_run_ids, write_run, write_side_table
 from omni.store import profiled as is_profiled
 from omni.progress import BOARD
 from omni.topology import Slot, format_cpulist
@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from omni.stats import ArmTable
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+SKIPPED = "skipped"  # an outcome, never a row: the run was another process's
 TABLE_METRICS = ("decode_tok_s", "prefill_tok_s", "ttft_ms", "load_s", "rss_anon_tree_mb", "rss_anon_steady_mb")
 
 
@@ -305,20 +306,31 @@ def take_over(sweep_id: str | None, **asked) -> PreparedSweep | None:
 
 def run_and_store(context: RunContext, item: PlanItem, extra: dict | None = None) -> dict:
     """Run one item on its slot, held exclusively on this host, and write its
-    row the moment it ends (STYLE.md 5)."""
+    row the moment it ends (STYLE.md 5). A run claimed by another process, or
+    already stored, is skipped: an outcome with status ``skipped``, no row."""
     label = f"{item.arm.name} profiled" if item.profiled else item.arm.name
     BOARD.begin(item.run_id, label, item.pass_index, item.slot.index, format_cpulist(item.slot.cpus))
     status = "failed"
     try:
-        with hold_cpus(item.slot.cpus):
-            row = run_arm(context, item)
-        row.update(extra or {})
-        BOARD.phase(item.run_id, "storing")
-        for kind, key in SIDE_KEYS.items():
-            records = row.pop(key, None)
-            if records:
-                write_side_table(context.results_dir, kind, row, records)
-        write_run(context.results_dir, row)
+        # claimed until its row is written, then checked: a run another process
+        # holds or has stored is not run again (two resumes, a deployment run racing a CLI run)
+        with claim_run(item.run_id) as mine:
+            taken = None if mine else "another process on this host is running it"
+            if taken is None and run_path(context.results_dir, item.sweep_id, item.run_id).exists():
+                taken = "another process has stored it"
+            if taken:
+                status = SKIPPED
+                return {"run_id": item.run_id, "arm": item.arm.name, "pass_index": item.pass_index,
+                        "slot_index": item.slot.index, "status": SKIPPED, "error": f"skipped: {taken}"}  # fmt: skip
+            with hold_cpus(item.slot.cpus):
+                row = run_arm(context, item)
+            row.update(extra or {})
+            BOARD.phase(item.run_id, "storing")
+            for kind, key in SIDE_KEYS.items():
+                records = row.pop(key, None)
+                if records:
+                    write_side_table(context.results_dir, kind, row, records)
+            write_run(context.results_dir, row)
         status = row["status"]
         return row
     finally:

@@ -285,3 +285,34 @@ def test_a_sweep_with_a_failed_run_exits_1_naming_it_and_keeps_the_good_row(tmp_
     assert re.search(r"run \w+ \(bad\) failed: .*synthetic engine crashed", done.stderr), done.stderr[-2000:]
     rows = load_runs(results).set_index("arm")["status"].to_dict()
     assert rows == {"good": "ok", "bad": "failed"}
+
+
+@pytest.mark.slow
+def test_two_resumes_of_one_sweep_at_once_run_each_run_once_and_both_exit_0(tmp_path):
+    """Each run is claimed on this host before it starts: the second resume
+    skips what the first holds or has stored (an outcome, no row), and only a
+    run that failed would make it exit 1."""
+    from omni.sweep import prepare_sweep, write_manifest
+
+    arms = [{"name": f"a{i}", "engine": "synthetic", "params": {"mem_mb": 8, "load_s": 0.5}} for i in range(2)]
+    spec = tmp_path / "twice.yaml"
+    spec.write_text(yaml.safe_dump({"name": "twice", "passes": 2, "timeout_s": 60, "control": False, "arms": arms}))
+    results = tmp_path / "results"
+    started = prepare_sweep(spec, results=results)  # a sweep that stored nothing yet, as if killed at once
+    write_manifest(started)
+    planned = sorted(item.run_id for item in started.items)
+    env = {**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    both = [subprocess.Popen([*OMNI, "sweep", "--resume", started.sweep_id, "--results", str(results), "--force",
+                              "--json"], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for _ in range(2)]  # fmt: skip
+    outcomes = []
+    for proc in both:
+        out, err = proc.communicate(timeout=400)
+        assert proc.returncode == 0, err[-3000:]
+        outcomes += json.loads(out)["runs"]
+    ran = sorted(o["run_id"] for o in outcomes if o["status"] == "ok")
+    skipped = [o for o in outcomes if o["status"] == "skipped"]
+    assert ran == planned, "every run executed exactly once"
+    assert len(skipped) == len(planned) and all(o["error"].startswith("skipped: another process") for o in skipped)
+    rows = load_runs(results)
+    assert sorted(rows["run_id"]) == planned and (rows["status"] == "ok").all()

@@ -10,7 +10,7 @@ from concurrent.futures import Future
 import pandas as pd
 import pytest
 
-from omni.schedule import dispatch, hold_cpus
+from omni.schedule import claim_run, dispatch, hold_cpus
 from omni.sweep import prepare_sweep, run_sweep_items
 from omni.topology import Slot, format_cpulist
 from tests.conftest import xeon_8480c_2s
@@ -87,6 +87,23 @@ def test_cpu_locks_exclude_another_process_on_the_same_cpus(tmp_path):
     holder.communicate("go\n", timeout=10)
     assert got.wait(10)
     taker.join()
+
+
+def test_a_run_claimed_by_another_process_is_not_claimed_until_it_lets_go(tmp_path):
+    holder = subprocess.Popen(
+        [sys.executable, "-c", (
+            "import sys; from pathlib import Path; from omni.schedule import claim_run\n"
+            f"with claim_run('r1', Path({str(tmp_path)!r})) as mine:\n"
+            "    print('held' if mine else 'refused', flush=True); sys.stdin.readline()\n"
+        )],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert holder.stdout.readline().strip() == "held"
+    with claim_run("r1", tmp_path) as mine, claim_run("r2", tmp_path) as other:
+        assert not mine and other  # at once, without waiting; another run id is free
+    holder.communicate("go\n", timeout=10)
+    with claim_run("r1", tmp_path) as mine:
+        assert mine
 
 
 def test_dry_run_on_the_two_socket_fixture_shows_two_slots_at_once(tmp_path):
