@@ -376,19 +376,18 @@ def hosts(as_json: bool = typer.Option(False, "--json", help="one JSON object pe
     if not states:
         out.print("no hosts: start omni worker --host NAME on each benchmark host")
         return
-    table = Table(title="fleet hosts")
-    for name in ("host", "alive", "heartbeat", "cpu", "isa", "topology", "kernel", "envs", "omni", "machine"):
-        table.add_column(name)
     now = datetime.now(timezone.utc)
-    for state in states.values():
+    for state in states.values():  # one line per host: copyable, and no table squeezed into 80 columns
         f = state.facts or {}
-        beat = f"{(now - state.last_heartbeat).total_seconds():.0f} s ago" if state.last_heartbeat else "never"
-        table.add_row(
-            state.name, "yes" if state.online else "no", beat, str(f.get("cpu_model")), " ".join(f.get("isa") or []),
-            "; ".join(f"node {n}: {c}" for n, c in (f.get("topology") or {}).items()), str(f.get("kernel")),
-            " ".join(f.get("envs") or {}), str(f.get("harness_git_sha") or "")[:12], str(f.get("hostname")),
+        beat = f"heartbeat {(now - state.last_heartbeat).total_seconds():.0f} s ago" if state.last_heartbeat else "no heartbeat"
+        topology = "; ".join(f"node {n} cpus {c}" for n, c in (f.get("topology") or {}).items()) or "topology unknown"
+        out.print(
+            f"{state.name}: {'alive' if state.online else 'OFFLINE'} ({beat}); {f.get('cpu_model')}; "
+            f"isa {' '.join(f.get('isa') or []) or '-'}; {topology}; kernel {f.get('kernel')}; "
+            f"envs {' '.join(f.get('envs') or {}) or 'none'}; omni {str(f.get('harness_git_sha') or '?')[:12]}; "
+            f"machine {f.get('hostname')}; locks {f.get('lock_dir')}",
+            highlight=False, soft_wrap=True,
         )  # fmt: skip
-    out.print(table)
 
 
 @app.command()
