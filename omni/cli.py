@@ -582,6 +582,13 @@ def retract(
     from omni.retract import load_retractions, retract as do_retract
 
     path = do_retract(results, target, reason, superseded_by)
+    if path is None:
+        from omni.retract import resolve_target, retracted_runs
+
+        known = retracted_runs(results)
+        reasons = sorted({known[r] for r in resolve_target(results, target)[2]})
+        out.print(f"{target} is retracted already ({'; '.join(reasons)}): nothing recorded", highlight=False)
+        return
     row = load_retractions(results).set_index("retraction_id").loc[path.stem]
     out.print(f"retracted {row['target_kind']} {row['target']} ({len(row['run_ids'])} run(s)): {row['reason']}", highlight=False)
     out.print(f"recorded in {path}", highlight=False)

@@ -71,11 +71,17 @@ def _file_candidates(results: ResultsPath, target: str) -> list[ResultsPath]:
     return [path, results / path] if not path.is_absolute() else [path]
 
 
-def retract(results: str | Path | ResultsPath, target: str, reason: str, superseded_by: str | None = None) -> Path:
-    """Append one retraction; returns its file. Nothing else is touched."""
+def retract(
+    results: str | Path | ResultsPath, target: str, reason: str, superseded_by: str | None = None
+) -> Path | None:
+    """Append one retraction; returns its file, or None when every run of the
+    target is retracted already (retracting twice records nothing). Nothing
+    else is touched."""
     if not reason or not reason.strip():
         raise OmniError("a retraction needs a reason (--reason '...'): say what is wrong with the result")
     kind, canonical, run_ids = resolve_target(results, target)
+    if set(run_ids) <= set(retracted_runs(results)):
+        return None
     if superseded_by is not None:
         resolve_target(results, superseded_by)  # must exist: a pointer to nothing helps no one
     now = datetime.now(timezone.utc)

@@ -69,8 +69,10 @@ def test_retracting_a_run_changes_the_summary_and_no_file(tmp_path):
     table = load_retractions(tmp_path)
     assert table.iloc[0][["target_kind", "target", "superseded_by"]].tolist() == ["run", ids[7], ids[8]]
     assert path.parent.name == "retractions"
+    assert retract(tmp_path, ids[7], "again") is None, "retracting twice records nothing"
     retract(tmp_path, "sw1", "wrong model digest")  # a whole sweep, appended beside the first
     assert len(load_retractions(tmp_path)) == 2 and file_digests(tmp_path / "runs") == runs
+    assert retract(tmp_path, ids[0], "covered by the sweep's") is None and len(load_retractions(tmp_path)) == 2
     with pytest.raises(OmniError, match="all 10 run"):
         summarize_sweep(tmp_path, "sw1")
 
@@ -96,6 +98,8 @@ def test_a_file_can_be_retracted_by_path_and_the_cli_says_so(tmp_path):
     done = omni("retract", str(file), "--reason", "bad", "--results", str(tmp_path))
     assert done.returncode == 0, done.stderr
     assert f"retracted file runs/sweep=sw1/{ids[0]}.parquet (1 run(s)): bad" in done.stdout
+    again = omni("retract", ids[0], "--reason", "bad", "--results", str(tmp_path))
+    assert again.returncode == 0 and "is retracted already (bad): nothing recorded" in again.stdout
     shown = omni("provenance", ids[0], "--results", str(tmp_path))
     assert shown.returncode == 0 and "RETRACTED: bad" in shown.stdout and "fixture-host" in shown.stdout
 
