@@ -13,12 +13,14 @@ from __future__ import annotations
 import difflib
 import functools
 import json
+import logging
 import math
 import numbers
 import os
 import re
 import secrets
 import sys
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -773,14 +775,29 @@ def read_table(results_dir: Results, sweep_id: str | None = None, columns: list[
     return table if columns is None else table.select(columns)
 
 
+# Files readers skipped in this process because they are no Parquet a writer
+# finished (truncated, zero bytes, foreign): path -> why. Summaries list them.
+UNREADABLE: dict[str, str] = {}
+_UNREADABLE_LOCK = threading.Lock()
+log = logging.getLogger("omni.store")
+
+
+def unreadable_under(results_dir: Results) -> dict[str, str]:
+    root = str(results_root(results_dir))
+    with _UNREADABLE_LOCK:
+        return {path: why for path, why in UNREADABLE.items() if path.startswith(root)}
+
+
 def _read_all(files: list[ResultsPath], columns: list[str] | None, dictionary: bool = False) -> list[pa.Table]:
     from concurrent.futures import ThreadPoolExecutor
 
     if len(files) < 2:
-        return [_read_run_file(p, columns, dictionary) for p in files]
-    workers = 16 if isinstance(files[0], S3Path) else min(8, (os.cpu_count() or 1) + 1)  # S3: waits, not CPU
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(lambda path: _read_run_file(path, columns, dictionary), files))
+        tables = [_read_run_file(p, columns, dictionary) for p in files]
+    else:
+        workers = 16 if isinstance(files[0], S3Path) else min(8, (os.cpu_count() or 1) + 1)  # S3: waits, not CPU
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            tables = list(pool.map(lambda path: _read_run_file(path, columns, dictionary), files))
+    return [t for t in tables if t is not None]
 
 
 def scan(results_dir: Results, columns: list[str], skip: set[ResultsPath] = frozenset()) -> pa.Table:
@@ -858,9 +875,13 @@ def _open(path: ResultsPath, dictionary: bool) -> pq.ParquetFile:
         return _parquet_file(path, read_dictionary=[c for c in CATEGORICAL if c in present])
 
 
-def _read_run_file(path: ResultsPath, columns: list[str] | None = None, dictionary: bool = False) -> pa.Table:
+def _read_run_file(path: ResultsPath, columns: list[str] | None = None, dictionary: bool = False) -> pa.Table | None:
     """One file, upgraded; with ``columns``, only those are read (upgrades see
-    the projected table: one that derives a column from others must ask for them)."""
+    the projected table: one that derives a column from others must ask for them).
+    None for a file that is no finished Parquet (truncated, empty, foreign):
+    skipped with a warning naming it (:data:`UNREADABLE`). omni's writers
+    never leave one, so it came from elsewhere. An I/O error is raised, not
+    skipped: a flaky disk or network must not silently drop rows."""
     try:
         parquet = _open(path, dictionary)
         if columns is None:
@@ -868,6 +889,11 @@ def _read_run_file(path: ResultsPath, columns: list[str] | None = None, dictiona
         else:
             wanted = {*columns, "schema_version"}
             table = parquet.read(columns=[n for n in parquet.schema_arrow.names if n in wanted])
+    except pa.ArrowInvalid as err:
+        with _UNREADABLE_LOCK:
+            UNREADABLE[str(path)] = str(err).splitlines()[0]
+        log.warning("skipped %s: not a readable Parquet file (%s); move it out of the results", path, err)
+        return None
     except (OSError, pa.ArrowException) as err:
         raise OmniError(f"cannot read run file {path}: {err}; move it aside to go on")
     try:

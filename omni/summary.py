@@ -38,7 +38,7 @@ from omni.stats import (
 )
 from omni.ops import HEAD_RULE, STEP_KINDS
 from omni.objstore import local_copy, results_root
-from omni.store import COLUMNS, COLUMNS_BY_NAME, load_ops, load_runs
+from omni.store import COLUMNS, COLUMNS_BY_NAME, load_ops, load_runs, unreadable_under
 from omni.store import profiled as is_profiled
 
 # rows carry these rules from the runner; a comparison over such rows warns
@@ -403,6 +403,8 @@ def summarize_rows(results: Path, sweep_id: str, rows: SweepRows, spec, one_host
     warnings += [f"mixed provenance: {key} differs between the sweep's runs ({', '.join(map(str, values))})"
                  for key, values in provenance["sweep"].items()
                  if isinstance(values, list) and key in MUST_AGREE and (one_host or key != "host")]
+    warnings += [f"unreadable file skipped: {path} ({why}); move it out of the results"
+                 for path, why in unreadable_under(results).items()]  # fmt: skip
     void = void_arms(profiled)
     warnings += [f"void arm {arm}: every number of it is void, its timed runs included: {why}" for arm, why in void.items()]
     return SweepSummary(

@@ -426,3 +426,26 @@ def test_omni_calibrate_runs_two_sweeps_and_summaries_name_it(tmp_path):
         "b": summary.calibrations["a"]}
     again = omni("calibrate", "--from", record["sweeps"][1], "--results", str(results))
     assert again.returncode == 0 and "(1 sweep)" in again.stdout, again.stdout + again.stderr[-2000:]
+
+
+def test_corrupt_and_foreign_files_are_skipped_with_a_warning_naming_them(tmp_path):
+    """A truncated run file, a zero-byte one and stray files (a .DS_Store, a
+    note): summary, compare and regressions skip what is no Parquet and say
+    which file, never crash; an I/O error would still be raised."""
+    ids = store_sweep(tmp_path, "sw1", {"a": [100, 101, 99], "b": [90, 91, 92]})
+    store_sweep(tmp_path, "sw2", {"a": [100, 102, 99], "b": [91, 90, 92]}, day=1)
+    part = tmp_path / "runs" / "sweep=sw1"
+    (part / "truncated0000000.parquet").write_bytes((part / f"{ids[0]}.parquet").read_bytes()[:300])
+    (part / "zero00000000000.parquet").write_bytes(b"")
+    for stray in (part / ".DS_Store", tmp_path / "runs" / ".DS_Store", tmp_path / "runs" / "notes.txt"):
+        stray.write_bytes(b"not parquet")
+    summary = omni("summary", "sw1", "--results", str(tmp_path))
+    assert summary.returncode == 0 and "Traceback" not in summary.stderr, summary.stderr[-2000:]
+    assert "- `a`: 3 ok of 3 run(s)" in summary.stdout
+    for name in ("truncated0000000.parquet", "zero00000000000.parquet"):
+        assert f"unreadable file skipped: {part / name}" in summary.stdout, summary.stdout[-2000:]
+        assert f"skipped {part / name}: not a readable Parquet file" in summary.stderr
+    for args in (("compare", "sw1", "sw2"), ("regressions", "s")):
+        done = omni(*args, "--results", str(tmp_path))
+        assert done.returncode in (0, 1) and "Traceback" not in done.stderr, (args, done.stderr[-2000:])
+        assert f"skipped {part / 'truncated0000000.parquet'}" in done.stderr, args
