@@ -1,7 +1,9 @@
 """Runs in the vLLM env: prompt logprobs of tiny-llama, bf16 or cpu_int4.
 
-``python tests/int4_probe.py MODEL bf16|int4|int4-head OUT.json``: for 4 fixed
-prompts of 48 tokens, the top-5 logprobs vLLM reports at every position.
+``python tests/int4_probe.py MODEL bf16|int4|int4-head OUT.json [CPU]``: for 4
+fixed prompts of 48 tokens, the top-5 logprobs vLLM reports at every position.
+With CPU, the probe and every process vLLM starts run on that one CPU, so
+probes can run side by side.
 """
 
 import json
@@ -12,7 +14,10 @@ import sys
 os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
 
 
-def main(model: str, kind: str, out: str) -> None:
+def main(model: str, kind: str, out: str, cpu: str | None = None) -> None:
+    if cpu is not None:  # before vLLM starts anything: its processes inherit the mask
+        os.sched_setaffinity(0, {int(cpu)})
+        os.environ["VLLM_CPU_OMP_THREADS_BIND"] = cpu
     from vllm import LLM, SamplingParams, TokensPrompt
 
     kwargs = {"model": model, "dtype": "bfloat16", "enforce_eager": True, "max_model_len": 64,
@@ -34,4 +39,4 @@ def main(model: str, kind: str, out: str) -> None:
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:4])
+    main(*sys.argv[1:5])

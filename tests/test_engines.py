@@ -133,16 +133,6 @@ def test_env_that_fails_to_build_is_a_clear_error(tmp_path, monkeypatch):
     assert "omni-no-such-package-anywhere" in message
 
 
-@pytest.mark.timeout(400)
-def test_kv_budget_that_cannot_fit_is_a_failed_row(tmp_path):
-    arms = [{"name": "tiny-kv", "engine": "vllm", "model": "tiny-llama", "compile_mode": "eager", "prompt_len": 128,
-             "max_tokens": 64, "batch_size": 4, "context_len": 192, "kv_cache_bytes": 4096}]  # fmt: skip
-    prepared = prepare_sweep(write_spec(tmp_path, arms), results=tmp_path / "results")
-    row = run_and_store(prepared.context, prepared.items[0])
-    assert row["status"] == "failed"
-    assert "No available memory for the cache blocks" in row["error"]
-
-
 def test_llamacpp_mmap_moves_weights_out_of_rss_anon(tmp_path):
     base = {"engine": "llamacpp", "model": "tiny-llama", "prompt_len": 32, "max_tokens": 8, "batch_size": 2}
     arms = [{**base, "name": "anon", "params": {"mmap": False}}, {**base, "name": "mapped", "params": {"mmap": True}}]
