@@ -252,6 +252,15 @@ def prepare_fleet(
         mode = spec_hosts.mode
         hosts = fleet.choose_hosts(spec_hosts.names, mode, states, force_hosts)
         runs = fleet.assign(loaded, sweep_id, passes, hosts, mode)
+    if not isinstance(results, S3Path):  # each host writes its rows where it runs: one store for all of them
+        import platform
+
+        elsewhere = sorted({f"{h} ({states[h].facts.get('hostname')})" for h in [*hosts, *replace_hosts.values()]
+                            if h in states and (states[h].facts or {}).get("hostname") != platform.node()})  # fmt: skip
+        if elsewhere:
+            raise OmniError(f"results {results} is a directory of this machine, and hosts {', '.join(elsewhere)} "
+                            "run elsewhere: their rows would land on their own disks. Give the fleet one store: "
+                            "--results s3://BUCKET/PREFIX (the stack's S3, or any S3)")  # fmt: skip
     stored = stored_run_ids(results, sweep_id) if resume else set()
     shards = [{"host": replace_hosts.get(h, h), "plan_host": h, "run_ids": [r for r in ids if r not in stored]}
               for h, ids in runs.items()]  # fmt: skip

@@ -4,6 +4,7 @@ resume sends where, and the refusals (omni.fleet, omni.sweep.prepare_fleet)."""
 from __future__ import annotations
 
 import contextlib
+import platform
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -31,12 +32,13 @@ def spec(tmp_path, hosts: dict, passes: int = 3):
     return path
 
 
-def alive(name: str, facts: dict) -> HostState:
-    return HostState(name, {**facts, "host": name}, True, datetime.now(timezone.utc))
+def alive(name: str, facts: dict, machine: str | None = None) -> HostState:
+    return HostState(name, {**facts, "host": name, "hostname": machine or platform.node()}, True, datetime.now(timezone.utc))
 
 
 def dead(name: str, facts: dict, ago_s: float = 90) -> HostState:
-    return HostState(name, {**facts, "host": name}, False, datetime.now(timezone.utc) - timedelta(seconds=ago_s))
+    return HostState(name, {**facts, "host": name, "hostname": platform.node()}, False,
+                     datetime.now(timezone.utc) - timedelta(seconds=ago_s))  # fmt: skip
 
 
 @pytest.fixture
@@ -144,3 +146,10 @@ def test_a_fleet_spec_needs_a_server_and_force_flags_need_a_fleet(tmp_path, monk
     assert not (tmp_path / "r").exists()
     with pytest.raises(OmniError, match="give OLD=NEW"):
         fleet.parse_replacements(["b"])
+
+
+def test_a_fleet_on_other_machines_needs_one_shared_store(tmp_path, server):
+    server.update(a=alive("a", EPYC), far=alive("far", EPYC, machine="spr-box"))
+    with pytest.raises(OmniError, match=r"hosts far \(spr-box\) run elsewhere.*--results s3://"):
+        prepare_sweep(spec(tmp_path, {"names": ["a", "far"]}), results=tmp_path / "results")
+    assert prepare_sweep(spec(tmp_path, {"names": ["a"]}), results=tmp_path / "results").fleet["hosts"] == ["a"]
