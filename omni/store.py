@@ -655,10 +655,8 @@ def _v4_to_v5(table: pa.Table) -> pa.Table:
 
 
 def _v5_to_v6(table: pa.Table) -> pa.Table:
-    """v6 added hostname (before fleets, host was the machine's name) and
-    numa_steady_missing (not counted before: unknown)."""
-    if "host" in table.column_names and "hostname" not in table.column_names:
-        table = table.append_column("hostname", table.column("host"))
+    """v6 added hostname and numa_steady_missing: unknown before (null, as
+    ``pd.read_parquet(..., schema=schema())`` reads them too)."""
     return table
 
 
