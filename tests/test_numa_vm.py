@@ -32,7 +32,7 @@ def guest(tmp_path_factory) -> dict:
     return {"report": report, "rows": sweeps, "out": out, "wall_s": timing["wall_s"]}
 
 
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(840)
 def test_omni_topology_shows_both_nodes(guest):
     topo = guest["report"]["topology"]
     assert topo["rc"] == 0, topo["stderr"]

@@ -53,7 +53,7 @@ def vng_argv(out: Path, command: str) -> list[str]:
     ]  # fmt: skip
 
 
-def boot(out: Path, capture: bool = False, timeout_s: float = 540) -> dict:
+def boot(out: Path, capture: bool = False, timeout_s: float = 780) -> dict:
     """Run the guest script; return timings. Raises with the guest's log on failure."""
     missing = missing_tools()
     if missing:
