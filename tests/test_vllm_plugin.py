@@ -163,7 +163,7 @@ def statuses(row: dict, patch: str) -> set[str]:
 # VLLM_CPU_KVCACHE_SPACE=1 (GiB): the legacy variable a shared host may export.
 INT4_ARM = {**VLLM_ARM, "quantization": "cpu_int4", "params": {"int4_group_size": 32},
             "env": {**RETAINING_MALLOC, "VLLM_CPU_KVCACHE_SPACE": "1"}}  # fmt: skip
-# A KV budget no block fits in, beside them: on two slots, four runs take about as long as three.
+# A KV budget no block fits in, beside them: on two slots, four runs take as long as three.
 TINY_KV_ARM = {"engine": "vllm", "model": "tiny-llama", "compile_mode": "eager", "prompt_len": 128, "max_tokens": 64,
                "batch_size": 4, "context_len": 192, "kv_cache_bytes": 4096}  # fmt: skip
 
