@@ -393,9 +393,9 @@ BAD_SPECS = {
         "name: x\nmatrix:\n  - name: 't{thread}'\n    base: {engine: synthetic}\n    axes:\n      threads: [1, 2]\n",
         ["spec.yaml:3 matrix[0].name: {thread} is not an axis (axes: threads)"],
     ),
-    "top level a list": ("- name: x\n- arms: []\n", ["spec.yaml: the top level must be a mapping", "got a list"]),
+    "top level a list": ("- name: x\n- arms: []\n", ["spec.yaml:1 the top level must be a mapping", "got a list"]),
     "empty file": ("\n  \n", ["spec.yaml: the file is empty"]),
-    "only comments": ("# name: x\n", ["spec.yaml: the file holds no data"]),
+    "only comments": ("# name: x\n", ["spec.yaml:1 the file holds no data"]),
 }
 
 
@@ -443,7 +443,7 @@ BAD_JSON = {
         '{\n\t"name": "x",\n\t"arms": [\n\t\t{"name": "a",\n\t\t "engine": "synthetic",\n\t\t "threads": 0}]}',
         ["spec.json:6 arms[0].threads: must be >= 1"],
     ),
-    "json top level a list": ("[1, 2]", ["spec.json: the top level must be a mapping"]),
+    "json top level a list": ("[1, 2]", ["spec.json:1 the top level must be a mapping"]),
 }
 
 

@@ -115,17 +115,25 @@ def describe(err: ValidationError, source: str, lines: Lines, model: Any) -> str
 
 
 def line_of(loc: Loc, lines: Lines) -> int | None:
-    """Line of the deepest part of ``loc`` present in the file."""
+    """Line of the deepest part of ``loc`` present in the file; for a key the
+    file lacks at the top (a required name:), the document's. None only when
+    the file's lines are unknown."""
     for n in range(len(loc), -1, -1):
         if loc[:n] in lines:
             return lines[loc[:n]]
     return None
 
 
+# characters str.splitlines() breaks at: a key or value holding one must not split a problem in two
+_BREAKS = {c: repr(c)[1:-1] for c in "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"}
+
+
 def problem_line(source: str, line: int | None, loc: Loc, text: str) -> str:
+    """One problem, on one line: ``FILE:LINE FIELD: message``."""
     where = f"{source}:{line}" if line else source
     field = field_path(loc)
-    return f"{where} {field}: {text}" if field else f"{where} {text}"
+    out = f"{where} {field}: {text}" if field else f"{where} {text}"
+    return "".join(_BREAKS.get(c, c) for c in out)
 
 
 def field_path(loc: Loc) -> str:

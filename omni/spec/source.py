@@ -82,10 +82,10 @@ def _decode(raw: bytes, source: str) -> str:
 
 def _require_mapping(data: Any, source: str) -> None:
     if data is None:
-        raise SpecError(f"{source}: the file holds no data (only comments?); a spec needs name: and arms:")
+        raise SpecError(f"{source}:1 the file holds no data (only comments?); a spec needs name: and arms:")
     if not isinstance(data, dict):
         raise SpecError(
-            f"{source}: the top level must be a mapping of sweep keys (name:, arms:, ...), "
+            f"{source}:1 the top level must be a mapping of sweep keys (name:, arms:, ...), "
             f"got a {type(data).__name__}"
         )
 
@@ -291,6 +291,6 @@ def _json_lines(text: str, source: str) -> Lines:
         raise SpecError(refused.message(source)) from None
     except YAMLError:
         return {}
-    lines: Lines = {}
+    lines: Lines = {(): data.lc.line + 1} if isinstance(data, (CommentedMap, CommentedSeq)) else {}
     _plain(data, (), lines)
     return lines
