@@ -63,16 +63,23 @@ def test_two_fixture_slots_run_at_once_one_run_each(tmp_path):
     assert all("placement_simulated" in rules for rules in rows["warning_rules"])
 
 
-def test_cpu_locks_exclude_another_process_on_the_same_cpus(tmp_path):
+def another_process_holding(hold: str, directory: Path) -> subprocess.Popen:
+    """A process inside ``with <hold> as mine:`` (omni.schedule, on ``directory``)
+    until told to go: it says whether it got it."""
     holder = subprocess.Popen(
         [sys.executable, "-c", (
-            "import sys; from pathlib import Path; from omni.schedule import hold_cpus\n"
-            f"with hold_cpus((5, 6), Path({str(tmp_path)!r})):\n"
-            "    print('held', flush=True); sys.stdin.readline()\n"
+            "import sys; from pathlib import Path; from omni.schedule import claim_run, hold_cpus\n"
+            f"with {hold.format(directory=f'Path({str(directory)!r})')} as mine:\n"
+            "    print('held' if mine is not False else 'refused', flush=True); sys.stdin.readline()\n"
         )],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
     assert holder.stdout.readline().strip() == "held"
+    return holder
+
+
+def test_cpu_locks_exclude_another_process_on_the_same_cpus(tmp_path):
+    holder = another_process_holding("hold_cpus((5, 6), {directory})", tmp_path)
     got = threading.Event()
 
     def take():
@@ -90,15 +97,7 @@ def test_cpu_locks_exclude_another_process_on_the_same_cpus(tmp_path):
 
 
 def test_a_run_claimed_by_another_process_is_not_claimed_until_it_lets_go(tmp_path):
-    holder = subprocess.Popen(
-        [sys.executable, "-c", (
-            "import sys; from pathlib import Path; from omni.schedule import claim_run\n"
-            f"with claim_run('r1', Path({str(tmp_path)!r})) as mine:\n"
-            "    print('held' if mine else 'refused', flush=True); sys.stdin.readline()\n"
-        )],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    assert holder.stdout.readline().strip() == "held"
+    holder = another_process_holding("claim_run('r1', {directory})", tmp_path)
     with claim_run("r1", tmp_path) as mine, claim_run("r2", tmp_path) as other:
         assert not mine and other  # at once, without waiting; another run id is free
     holder.communicate("go\n", timeout=10)
