@@ -316,3 +316,35 @@ def test_two_resumes_of_one_sweep_at_once_run_each_run_once_and_both_exit_0(tmp_
     assert len(skipped) == len(planned) and all(o["error"].startswith("skipped: another process") for o in skipped)
     rows = load_runs(results)
     assert sorted(rows["run_id"]) == planned and (rows["status"] == "ok").all()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_sigint_or_sigterm_mid_sweep_exits_interrupted_reaps_everything_and_resume_completes(tmp_path, sig, code):
+    arms = [{"name": f"a{i}", "engine": "synthetic", "params": {"procs": 2, "mem_mb": 32, "load_s": 1.5}}
+            for i in range(2)]  # fmt: skip
+    spec = tmp_path / "slow.yaml"
+    spec.write_text(yaml.safe_dump({"name": "slow", "passes": 3, "timeout_s": 60, "control": False, "arms": arms}))
+    results = tmp_path / "results"
+    env = {**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    proc = subprocess.Popen([*OMNI, "sweep", str(spec), "--results", str(results), "--force", "--quiet"], cwd=REPO,
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    deadline = time.monotonic() + 180
+    while not list((results / "runs").glob("*/*.parquet")):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-3000:]
+        time.sleep(0.1)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
+    # interrupted: exit 128 + the signal, or death by it after cleaning up (a shell's $? is 128 + N either way)
+    assert proc.returncode in (code, -sig), err[-3000:]
+    stop = time.monotonic() + 15
+    while engine_processes(str(results)) and time.monotonic() < stop:
+        time.sleep(0.1)
+    assert engine_processes(str(results)) == [] and list_temp_files(results) == []
+    kept = load_runs(results)
+    assert 1 <= len(kept) < 6 and (kept["status"] == "ok").all()
+    (sweep_dir,) = (results / "sweeps").iterdir()
+    done = omni("sweep", "--resume", sweep_dir.name, "--results", str(results), "--force")
+    assert done.returncode == 0, done.stderr[-3000:]
+    after = load_runs(results)
+    assert len(after) == 6 and after["run_id"].is_unique and set(kept["run_id"]) <= set(after["run_id"])
