@@ -16,7 +16,7 @@ from prefect.cache_policies import NONE
 from prefect.runtime import flow_run
 from prefect.states import Completed, Failed
 
-from omni.errors import OmniError
+from omni.errors import OmniError, disk_full
 from omni.fleet import parse_replacements
 from omni.objstore import results_root
 from omni.plan import SlotOverride
@@ -50,8 +50,16 @@ def _outcome(future, item: PlanItem) -> dict:
     try:
         return future.result()
     except Exception as error:  # noqa: BLE001 - reported, and the flow ends Failed
-        return {"run_id": item.run_id, "arm": item.arm.name, "pass_index": item.pass_index,
-                "slot_index": item.slot.index, "status": "error", "error": f"{type(error).__name__}: {error}"}  # fmt: skip
+        return error_outcome(item, error)
+
+
+def error_outcome(item: PlanItem, error: BaseException) -> dict:
+    """The outcome of a run whose row could not be stored: nothing of it is in
+    the results, so ``--resume`` runs it again."""
+    full = disk_full(error)
+    why = f"{full}: not stored, free space and --resume" if full else f"{type(error).__name__}: {error}"
+    return {"run_id": item.run_id, "arm": item.arm.name, "pass_index": item.pass_index,
+            "slot_index": item.slot.index, "status": "error", "error": why}  # fmt: skip
 
 
 def run_items(prepared) -> list[dict]:
@@ -76,10 +84,10 @@ def publish_artifacts(sweep_id: str, results: str, outcomes: list[dict], failed:
         text += [failure_summary(failed, len(outcomes)), ""]
     try:
         summary = summarize_sweep(results, sweep_id)
-    except OmniError as error:  # e.g. nothing stored: say so, the flow's state says the rest
-        create_markdown_artifact("\n".join(text + [str(error)]), key=f"summary-{key}")
+        paths = write_outputs(results, summary, sweep_history(results, summary))
+    except (OmniError, OSError) as error:  # nothing stored, a full disk: say so, the flow's state says the rest
+        create_markdown_artifact("\n".join(text + [disk_full(error) or str(error)]), key=f"summary-{key}")
         return
-    paths = write_outputs(results, summary, sweep_history(results, summary))
     text += [summary_markdown(summary), f"Report: `{paths['html']}`"]
     create_markdown_artifact("\n".join(text), key=f"summary-{key}", description=f"summary of {sweep_id}")
     create_link_artifact(paths["html"].resolve().as_uri(), link_text=f"HTML report of {sweep_id}", key=f"report-{key}")
@@ -101,7 +109,7 @@ def compact(results: str, sweep_id: str) -> None:
     try:
         part = compact_sweep(results, sweep_id)
         merged = consolidate(results)
-    except OmniError as error:
+    except (OmniError, OSError) as error:  # OSError: a full disk, say; the run files are the results
         log.warning("sweep %s not compacted (its run files stay complete; run omni compact): %s", sweep_id, error)
         return
     if part is not None:

@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from omni.errors import OmniError
+from omni.errors import OmniError, causes, disk_full
 from omni.objstore import results_root
 from omni.topology import format_cpulist
 
@@ -33,24 +33,13 @@ def _global_options(
     DEBUG["traceback"] = debug
 
 
-def _chain(error: BaseException):
-    seen = set()
-    while error is not None and id(error) not in seen:
-        seen.add(id(error))
-        yield error
-        error = error.__cause__ or error.__context__
-
-
 def infrastructure_problem(error: BaseException) -> str | None:
     """One line saying what failed and what to do, for failures of the
     machinery around the runs; None for anything else (a bug: traceback)."""
-    import errno
-
-    for link in _chain(error):
-        if isinstance(link, OSError) and link.errno in (errno.ENOSPC, errno.EDQUOT):
-            where = link.filename or "the results directory"
-            return (f"disk full writing {where}: free space there, then `omni sweep --resume SWEEP_ID` runs "
-                    "what is not stored (stored rows are kept)")  # fmt: skip
+    full = disk_full(error)
+    if full:
+        return f"{full}: free space there, then `omni sweep --resume SWEEP_ID` runs what is not stored (stored rows are kept)"
+    for link in causes(error):
         text = f"{type(link).__module__}.{type(link).__name__}: {link}"
         if "httpx" in text or "ephemeral Prefect API" in text or "PrefectHTTPStatusError" in text:
             api = os.environ.get("PREFECT_API_URL") or "Prefect's ephemeral server"

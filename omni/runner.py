@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from omni.engines.protocol import PHASE_PREFIX
+from omni.errors import naming
 from omni.iterations import run_metrics
 from omni.mempolicy import describe_nodes, node_list
 from omni.objstore import ResultsPath, local_scratch
@@ -120,18 +121,38 @@ class LogReader(threading.Thread):
         super().__init__(name="engine-log", daemon=True)
         self.stream, self.log_path, self.sampler, self.run_id = stream, log_path, sampler, run_id
         self.tail: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
+        self.write_error: OSError | None = None  # the log file could not be written (a full disk)
 
     def run(self) -> None:
-        with open(self.log_path, "w", encoding="utf-8", errors="replace") as log:
-            for raw in self.stream:
-                line = raw.decode("utf-8", errors="replace").rstrip("\n")
-                if line.startswith(PHASE_PREFIX):
-                    phase = line[len(PHASE_PREFIX) :].strip()
-                    self.sampler.mark(phase)
-                    BOARD.phase(self.run_id, phase)
-                log.write(line + "\n")
-                log.flush()
-                self.tail.append(line)
+        log = self._open()
+        for raw in self.stream:  # drained to the end whatever happens to the file: a
+            line = raw.decode("utf-8", errors="replace").rstrip("\n")  # full pipe would stall the engine
+            if line.startswith(PHASE_PREFIX):
+                phase = line[len(PHASE_PREFIX) :].strip()
+                self.sampler.mark(phase)
+                BOARD.phase(self.run_id, phase)
+            self.tail.append(line)
+            if log is not None:
+                try:
+                    log.write(line + "\n")
+                    log.flush()
+                except OSError as error:
+                    self.write_error, log = error, self._close(log)
+        if log is not None:
+            self._close(log)
+
+    def _open(self):
+        try:
+            return open(self.log_path, "w", encoding="utf-8", errors="replace")
+        except OSError as error:
+            self.write_error = error
+            return None
+
+    def _close(self, log) -> None:
+        try:
+            log.close()
+        except OSError as error:  # the buffered rest did not fit either
+            self.write_error = self.write_error or error
 
 
 class EngineProcess:
@@ -308,6 +329,10 @@ def fill_outcome(row: dict, proc: EngineProcess, finished_in_time: bool, timeout
     if proc.leftovers:
         pids = ", ".join(map(str, sorted(proc.leftovers)))
         warn(row, "leftover_processes", f"engine left process(es) {pids} behind; killed them")
+    if proc.reader.write_error is not None:
+        error = proc.reader.write_error
+        warn(row, "log_incomplete", f"the engine's log {proc.log_path} is incomplete ({error.strerror or error}); "
+             "its last lines are in stderr_tail")  # fmt: skip
     result = read_result(workdir / "result.json")
     if not finished_in_time:
         row.update(status="timeout", error=f"no result within timeout_s={timeout_s:g}; killed the run's processes")
@@ -417,7 +442,8 @@ def run_arm(ctx: RunContext, item: PlanItem) -> dict:
         return row
     workdir = run_workdir(ctx.results_dir, item)
     workdir.mkdir(parents=True, exist_ok=True)
-    (workdir / "arm.json").write_text(json.dumps(engine_arm_payload(item, res, workdir), sort_keys=True))
+    with naming(workdir / "arm.json"):
+        (workdir / "arm.json").write_text(json.dumps(engine_arm_payload(item, res, workdir), sort_keys=True))
     argv, method = engine_argv(item, workdir, res.python, ctx.simulate_placement)
     row["command"] = json.dumps(argv)
     env = engine_env(item)

@@ -32,7 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from omni.errors import OmniError
+from omni.errors import OmniError, naming
 from omni.objstore import ResultsPath, S3Path, arrow_source, results_root
 
 if TYPE_CHECKING:
@@ -447,7 +447,7 @@ def write_once(final: ResultsPath, table: pa.Table, **options: Any) -> ResultsPa
     final.parent.mkdir(parents=True, exist_ok=True)
     temp = final.with_name(f".{final.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     try:
-        with open(temp, "xb") as sink:
+        with naming(final), open(temp, "xb") as sink:
             pq.write_table(table, sink, **options)
             sink.flush()
             os.fsync(sink.fileno())
