@@ -517,36 +517,3 @@ def test_consolidation_merges_loose_parts_and_still_counts_every_row_once(tmp_pa
     assert left == set(sweeps["s0"] + sweeps["s1"] + late)
 
 
-def test_mixed_schema_versions_read_alike_with_the_readmes_call_and_a_type_change_is_refused(tmp_path):
-    """Files of schema v2, v3 and the current one under results/runs: a plain
-    pd.read_parquet takes the first file's columns and silently drops newer
-    ones; with schema=store.schema() (the README's call) every column is there
-    and every value equals load_runs' per-file upgrade (schema_version aside,
-    which says what each file was written with). A column whose type changed
-    is refused, naming the file and the column."""
-    import numpy as np
-
-    store.write_run(tmp_path, {**full_row("new1", "s2"), "hostname": "m1", "numa_steady_missing": 0})
-    old = tmp_path / "runs" / "sweep=s1"
-    old.mkdir(parents=True)
-    for version in ("run_v2", "run_v3"):
-        shutil.copy(FIXTURES / f"{version}.parquet", old / f"{version}.parquet")
-    plain = pd.read_parquet(tmp_path / "runs")
-    assert "hostname" not in plain.columns and len(plain) == 3  # the trap the README warns of
-    typed = pd.read_parquet(tmp_path / "runs", schema=store.schema()).set_index("run_id").sort_index()
-    ours = store.load_runs(tmp_path).set_index("run_id").sort_index()
-    assert list(typed.columns) == list(ours.columns)
-
-    def same(value):
-        if isinstance(value, np.ndarray):
-            return list(value)
-        return None if value is None or value is pd.NA or (isinstance(value, float) and np.isnan(value)) else value
-
-    differ = [c for c in ours.columns if [same(v) for v in typed[c]] != [same(v) for v in ours[c]]]
-    assert differ == ["schema_version"] and sorted(typed["schema_version"]) == [2, 3, store.SCHEMA_VERSION]
-    changed = tmp_path / "runs" / "sweep=s3"
-    changed.mkdir()
-    pa.parquet.write_table(pa.table({"run_id": ["x1"], "schema_version": pa.array([store.SCHEMA_VERSION], pa.int16()),
-                                     "decode_tok_s": ["fast"]}), changed / "x1.parquet")  # fmt: skip
-    with pytest.raises(OmniError, match=r"x1\.parquet: column 'decode_tok_s': cannot read string as double"):
-        store.load_runs(tmp_path, sweep_id="s3")
