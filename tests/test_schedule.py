@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
+from pathlib import Path
 from concurrent.futures import Future
 
 import pandas as pd

@@ -16,6 +16,7 @@ import re
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -32,13 +33,19 @@ def engine_processes(marker: str, kind: bytes = b"omni.engines") -> list[int]:
     return [pid for pid, cmdline in read_all("cmdline") if marker.encode() in cmdline and kind in cmdline]
 
 
+def slow_sweep(tmp_path: Path, arms: int) -> tuple[Path, Path]:
+    """A spec of ``arms`` synthetic arms, 3 passes, each run 1.5 s loading two
+    processes of 32 MiB: long enough to be interrupted mid-run. (spec, results)"""
+    config = [{"name": f"a{i}", "engine": "synthetic", "params": {"procs": 2, "mem_mb": 32, "load_s": 1.5}}
+              for i in range(arms)]  # fmt: skip
+    spec = tmp_path / "slow.yaml"
+    spec.write_text(yaml.safe_dump({"name": "slow", "passes": 3, "timeout_s": 60, "control": False, "arms": config}))
+    return spec, tmp_path / "results"
+
+
 @pytest.mark.slow
 def test_sigkill_mid_sweep_leaves_nothing_behind_and_resume_runs_exactly_the_missing_runs(tmp_path):
-    arms = [{"name": f"a{i}", "engine": "synthetic", "params": {"procs": 2, "mem_mb": 32, "load_s": 1.5}}
-            for i in range(3)]  # fmt: skip
-    spec = tmp_path / "slow.yaml"
-    spec.write_text(yaml.safe_dump({"name": "slow", "passes": 3, "timeout_s": 60, "control": False, "arms": arms}))
-    results = tmp_path / "results"
+    spec, results = slow_sweep(tmp_path, 3)
     env = {**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
     servers_before = set(engine_processes("", b"prefect.server"))
     proc = subprocess.Popen(
@@ -161,11 +168,7 @@ def test_two_resumes_of_one_sweep_at_once_run_each_run_once_and_both_exit_0(tmp_
 @pytest.mark.slow
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_sigint_or_sigterm_mid_sweep_exits_interrupted_reaps_everything_and_resume_completes(tmp_path, sig, code):
-    arms = [{"name": f"a{i}", "engine": "synthetic", "params": {"procs": 2, "mem_mb": 32, "load_s": 1.5}}
-            for i in range(2)]  # fmt: skip
-    spec = tmp_path / "slow.yaml"
-    spec.write_text(yaml.safe_dump({"name": "slow", "passes": 3, "timeout_s": 60, "control": False, "arms": arms}))
-    results = tmp_path / "results"
+    spec, results = slow_sweep(tmp_path, 2)
     env = {**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
     proc = subprocess.Popen([*OMNI, "sweep", str(spec), "--results", str(results), "--force", "--quiet"], cwd=REPO,
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # fmt: skip
