@@ -43,8 +43,9 @@ def sweep_shard(
     """Run ``run_ids`` of fleet sweep ``sweep_id`` on this host's slots and store
     their rows; the host is the worker's (``omni worker --host``), and must be
     ``host``. Runs already stored are skipped, so a part sent twice runs once."""
-    from flows.sweep import failure_summary, run_items
+    from flows.sweep import failure_summary, run_items, watch_worker
 
+    watch_worker()
     serving = os.environ.get(HOST_VAR)
     if serving != host:
         raise OmniError(

@@ -8,6 +8,7 @@ its message; its good rows are stored all the same.
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict
 
 from prefect import flow, get_run_logger, task
@@ -20,8 +21,9 @@ from omni.errors import OmniError, disk_full
 from omni.fleet import parse_replacements
 from omni.objstore import results_root
 from omni.plan import SlotOverride
+from omni.reaper import watch_parent
 from omni.report import summary_markdown, write_outputs
-from omni.runner import PlanItem, RunContext
+from omni.runner import RUNS, PlanItem, RunContext
 from omni.schedule import dispatch
 from omni.store import CONSOLIDATE_AT, compact_sweep, consolidate
 from omni.summary import Change, nightly_changes, summarize_sweep, sweep_history
@@ -63,9 +65,35 @@ def error_outcome(item: PlanItem, error: BaseException) -> dict:
 
 
 def run_items(prepared) -> list[dict]:
-    """Every item of a prepared sweep on this host's slots, as Prefect tasks; their outcomes."""
-    submitted = dispatch(prepared.items, prepared.slots, lambda item: run_arm_task.submit(prepared.context, item))
-    return [_outcome(future, item) for item, future in submitted]
+    """Every item of a prepared sweep on this host's slots, as Prefect tasks; their outcomes.
+
+    Interrupted meanwhile (a Prefect cancel or crash arrives here as a
+    TerminationSignal, Ctrl-C as KeyboardInterrupt), it stops every run still
+    going before it lets go: their engines are reaped and they store no row,
+    before Prefect records the state, within the worker's grace
+    (omni.runner.LiveRuns says what happened without it).
+    """
+    RUNS.reopen()
+    try:
+        submitted = dispatch(prepared.items, prepared.slots, lambda item: run_arm_task.submit(prepared.context, item))
+        return [_outcome(future, item) for item, future in submitted]
+    except BaseException:
+        # no log line first: after a worker's death the first one to its pipe raises SystemExit (rich)
+        RUNS.interrupt()
+        raise
+
+
+def watch_worker() -> None:
+    """A flow run a worker started ends when its worker dies, Crashed, its engines
+    reaped (omni.reaper.watch_parent). Prefect sets PREFECT__FLOW_RUN_ID in the
+    process a worker (or ``omni serve``) starts; ``omni sweep`` runs its flow in
+    its own process, where a watchdog per run does that job."""
+    if not os.environ.get("PREFECT__FLOW_RUN_ID"):
+        return
+    log = get_run_logger()
+    watch_parent(lambda ppid: log.error(
+        "the worker that started this flow run (pid %d) is gone: stopping its runs (SIGTERM to this process, pid %d); "
+        "this flow run ends Crashed, --resume runs what it did not store", ppid, os.getpid()))  # fmt: skip
 
 
 def failure_summary(failed: list[dict], total: int) -> str:
@@ -174,6 +202,7 @@ def sweep(
     ``force_hosts`` splits over hosts that differ, ``replace_hosts``
     (``OLD=NEW``) resumes a host's missing runs on another.
     """
+    watch_worker()
     override = SlotOverride(tuple(cores or ()), node, straddle)
     prepared = take_over(sweep_id, force=force, results=results, busy_wait=busy_wait) or prepare_sweep(
         spec, passes=passes, results=results, force=force, sweep_id=sweep_id, resume=resume, sysfs_root=sysfs_root,
