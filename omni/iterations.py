@@ -10,6 +10,8 @@ Definitions, per iteration, for a batch decoded in lock step:
 
 - ``tpot_ms``: time per output token after the first, per sequence:
   (e2e - ttft) / (max_tokens - 1).
+- ``tokens``: how many tokens each sequence generated, as the engine
+  counted them (:mod:`omni.audit` checks them against max_tokens).
 - ITL: each decode step's wall time; every sequence of the batch receives one
   token per step, so a step's time is each sequence's inter-token latency.
   Percentiles (p50, p90, p99) are taken over every step of every timed
@@ -52,6 +54,8 @@ def iteration_metrics(batch: int, prompt_len: int, max_tokens: int, raw: Mapping
     metrics["tpot_ms"] = (e2e_s - ttft_s) * 1000 / (max_tokens - 1) if max_tokens > 1 and e2e_s > ttft_s else None
     steps_ms = [float(s) * 1000 for s in raw.get("step_s") or ()]
     metrics["steps"], metrics["step_ms"] = len(steps_ms), steps_ms
+    tokens = raw.get("tokens")  # generated per sequence, as the engine counted them
+    metrics["tokens"] = [int(n) for n in tokens] if tokens is not None else None
     metrics.update({col: percentile(steps_ms, q) for col, q in zip(ITL_COLUMNS, ITL_PERCENTILES)})
     return metrics
 

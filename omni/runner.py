@@ -23,6 +23,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from omni.audit import audit_repeats, audit_tokens
 from omni.engines.protocol import PHASE_PREFIX
 from omni.errors import naming
 from omni.iterations import run_metrics
@@ -87,8 +88,9 @@ class RunContext:
 
 
 def engine_arm_payload(item: PlanItem, res: ArmResources, workdir: Path) -> dict:
-    """The arm as the engine reads it: canonical fields plus where it runs."""
-    payload = json.loads(canonical_arm_json(item.arm))
+    """The arm as the engine reads it: every field (also those the identity
+    leaves out at their defaults, omni.spec LATE_ARM_FIELDS) plus where it runs."""
+    payload = item.arm.model_dump(mode="json")
     payload["model_path"] = res.model_path
     payload["workdir"] = str(workdir)
     payload["run_id"] = item.run_id
@@ -335,7 +337,7 @@ def base_row(ctx: RunContext, item: PlanItem) -> dict:
         "mmap": params.model_dump().get("mmap"),
         "dtype": arm.dtype, "quantization": arm.quantization, "kv_cache_bytes": arm.kv_cache_bytes,
         "context_len": arm.context_len, "prompt_len": arm.prompt_len, "max_tokens": arm.max_tokens,
-        "batch_size": arm.batch_size, "threads": arm.threads or len(item.slot.cpus),
+        "batch_size": arm.batch_size, "prompt_seed": arm.prompt_seed, "threads": arm.threads or len(item.slot.cpus),
         "compile_mode": arm.compile_mode, "patches": patches_list(arm),
         "env_overrides": dict(arm.env), "engine_params": params.model_dump(mode="json"),
         "arm_json": canonical_arm_json(arm), "arm_hash": arm_hash(arm),
@@ -440,6 +442,7 @@ def fill_metrics(row: dict, proc: EngineProcess, result: dict) -> None:
         metrics, per_iteration = run_metrics(row["batch_size"], row["prompt_len"], row["max_tokens"], raws)
         row.update(metrics)
         row[ITERATIONS_KEY] = per_iteration
+        fill_audits(row, per_iteration, result.get("fresh"))
     else:
         row.update(status="invalid", error="the engine reported no timed iteration (result.json has no 'iterations')")
     if row["max_tokens"] > 1 and raws and not any(raw.get("step_s") for raw in raws):
@@ -451,6 +454,32 @@ def fill_metrics(row: dict, proc: EngineProcess, result: dict) -> None:
     merge_engine_provenance(row, result.get("provenance", {}))
     if row.get("profiled") and row["status"] == "ok":
         fill_profile(row, result.get("profile") or {})
+
+
+def fill_audits(row: dict, per_iteration: list[dict], fresh: dict | None) -> None:
+    """The run's own audits (omni.audit): a sequence that generated other than
+    max_tokens makes the run ``invalid`` (its rates assume max_tokens); timed
+    repeats faster than their first sight beyond noise are a warning, unless
+    the arm turned a prefix cache on, when they are what it asked for."""
+    tokens = audit_tokens(row["max_tokens"], per_iteration)
+    row["tokens_mismatch_iterations"] = tokens.mismatched
+    if tokens.mismatched:
+        iteration, asked, got = tokens.first
+        message = (f"tokens_mismatch: in {tokens.mismatched} of {len(per_iteration)} timed iteration(s) a sequence "
+                   f"generated other than max_tokens; first in iteration {iteration}: asked {asked} per sequence, "
+                   f"got {list(got)}")  # fmt: skip
+        warn(row, "tokens_mismatch", message)
+        if row["status"] == "ok":
+            row.update(status="invalid", error=message)
+    fresh_ms = fresh["ttft_s"] * 1000 if fresh and fresh.get("ttft_s") else None
+    repeats = audit_repeats([p["ttft_ms"] for p in per_iteration], fresh_ms)
+    row["audit_fresh_ttft_ms"] = fresh_ms
+    row["audit_repeat_ttft_ratio"], row["audit_repeat_ttft_cv"] = repeats.ratio, repeats.cv
+    if repeats.faster and not (row.get("engine_params") or {}).get("prefix_caching"):
+        warn(row, "repeat_faster", f"repeat_faster: timed iterations 1..{len(per_iteration) - 1} took x{repeats.ratio:.2f} "
+             f"the time to first token of their first sight (iteration 0, or fresh prompts after them; below "
+             f"x{repeats.threshold:.2f}, noise {repeats.cv:.1%}): a cache served the repeats, so TTFT and prefill "
+             "rates measure cache hits")  # fmt: skip
 
 
 def fill_profile(row: dict, profile: dict) -> None:

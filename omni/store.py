@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 # a results location as callers give it: a directory, or s3://bucket/prefix
 Results = str | Path | ResultsPath
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 STATUSES = ("ok", "failed", "timeout", "refused", "invalid")
 BINDING_METHODS = ("numactl", "sched_setaffinity", "none")
@@ -127,6 +127,8 @@ COLUMNS: tuple[Column, ...] = (
         ("prompt_len", _I32, "tok", "prompt length per sequence"),
         ("max_tokens", _I32, "tok", "tokens generated per sequence"),
         ("batch_size", _I32, "seq", "sequences per batch"),
+        ("prompt_seed", _I32, None, "seed of the timed prompts, the arm's prompt_seed (v7; null before, "
+         "when every run timed the prompts of seed 0)"),
         ("threads", _I32, None, "compute threads requested"),
         ("compile_mode", _STR, None, "graph compilation mode (eager, compiled, cached...)"),
         ("patches", _STRS, None, "omni runtime patches enabled for this arm"),
@@ -238,6 +240,16 @@ COLUMNS: tuple[Column, ...] = (
         "validity",
         ("warnings", _STRS, None, "reasons to doubt this row's numbers"),
         ("warning_rules", _STRS, None, "the rule that raised each warning, same order"),
+        ("tokens_mismatch_iterations", _I32, None, "timed iterations in which a sequence generated other than "
+         "max_tokens, as the engine counted them (each iteration's counts: results/iterations tokens); "
+         "above 0 the run is invalid (tokens_mismatch); null: not counted (v7)"),
+        ("audit_repeat_ttft_ratio", _F64, None, "median TTFT of timed iterations 1.. (repeats of iteration 0's "
+         "prompts) over the faster first sight: iteration 0's, or audit_fresh_ttft_ms; well below 1, a cache "
+         "served the repeats (repeat_faster); null below 3 iterations (v7)"),
+        ("audit_fresh_ttft_ms", _F64, "ms", "TTFT of a batch of fresh prompts the engine timed once after the "
+         "timed iterations, the second first sight of the repeat audit; not in any metric (v7)"),
+        ("audit_repeat_ttft_cv", _F64, None, "robust CV of the TTFT of timed iterations 1.., the noise "
+         "repeat_faster allows for (v7)"),
     ),
 )
 
@@ -480,6 +492,7 @@ ITERATION_SCHEMA = pa.schema([
     ("ttft_ms", _F64), ("prefill_tok_s", _F64), ("decode_tok_s", _F64), ("e2e_s", _F64), ("tpot_ms", _F64),
     ("steps", _I32), ("itl_p50_ms", _F64), ("itl_p90_ms", _F64), ("itl_p99_ms", _F64),
     ("step_ms", pa.list_(_F64)),
+    ("tokens", pa.list_(_I32)),  # generated per sequence, as the engine counted (v7; null before)
 ])  # fmt: skip
 # ops: one row per (profiled run, engine step, op, input shapes and types), omni.ops.
 OPS_SCHEMA = pa.schema([
@@ -660,8 +673,16 @@ def _v5_to_v6(table: pa.Table) -> pa.Table:
     return table
 
 
+def _v6_to_v7(table: pa.Table) -> pa.Table:
+    """v7 added prompt_seed and the audits (tokens_mismatch_iterations,
+    audit_repeat_ttft_*, audit_fresh_ttft_ms): not recorded before, so null. A v6 run timed the
+    prompts of seed 0, and vLLM failed a run whose counts were off, but
+    neither was stored: null says so, not a value made up for it."""
+    return table
+
+
 UPGRADES: dict[int, Callable[[pa.Table], pa.Table]] = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4, 4: _v4_to_v5,
-                                                       5: _v5_to_v6}  # fmt: skip
+                                                       5: _v5_to_v6, 6: _v6_to_v7}  # fmt: skip
 
 
 def upgrade_table(table: pa.Table, columns: list[str] | None = None) -> pa.Table:

@@ -43,7 +43,7 @@ from omni.store import profiled as is_profiled
 
 # rows carry these rules from the runner; a comparison over such rows warns
 ROW_RULES = ("context_len_unset", "prompt_len_le_1", "forced_busy", "teardown_crash", "placement_simulated",
-             "numa_not_steady")  # fmt: skip
+             "numa_not_steady", "repeat_faster")  # fmt: skip
 
 
 def metric_columns() -> list[str]:
@@ -399,6 +399,7 @@ def summarize_rows(results: Path, sweep_id: str, rows: SweepRows, spec, one_host
     control = control_of(spec, arms)
     untrusted = control_failures(judged, control, baseline, metrics) if control and baseline != control else {}
     warnings += [f"untrustworthy {metric}: {why}" for metric, why in untrusted.items()]
+    warnings += prompt_audit(judged, seed_replicas(frame, baseline, arms), baseline, metrics)
     provenance = sweep_provenance(frame, arms)
     warnings += [f"mixed provenance: {key} differs between the sweep's runs ({', '.join(map(str, values))})"
                  for key, values in provenance["sweep"].items()
@@ -475,6 +476,39 @@ def control_failures(judged: dict, control: str, baseline: str, metrics: list[st
             out[metric] = (f"the A/A control {control} came out {c.verdict} than its own replica {baseline}: "
                            f"{seen} beyond min_effect {c.min_effect:.0%}; the host was not stable during this "
                            "sweep, so no verdict on this metric holds; rerun it")  # fmt: skip
+    return out
+
+
+def seed_replicas(frame: pd.DataFrame, baseline: str | None, arms: list[str]) -> list[str]:
+    """The arms that are the baseline on other prompts: its canonical arm but
+    for name and a prompt_seed of their own (arms/audit.yaml; the A/A
+    control, same prompts, is control_failures')."""
+    def split(arm: str) -> tuple[dict, int] | None:
+        texts = frame.loc[frame["arm"] == arm, "arm_json"].dropna()
+        if texts.empty:
+            return None
+        fields = json.loads(str(texts.iloc[0]))
+        return {k: v for k, v in fields.items() if k not in ("name", "prompt_seed")}, fields.get("prompt_seed", 0)
+
+    base = split(baseline) if baseline else None
+    if base is None:
+        return []
+    return [arm for arm in arms if (other := split(arm)) is not None and other[0] == base[0] and other[1] != base[1]]
+
+
+def prompt_audit(judged: dict, replicas: list[str], baseline: str | None, metrics: list[str]) -> list[str]:
+    """The audit rerun across runs: the baseline on other prompts cannot be
+    better or worse beyond min_effect (after MLPerf's audit tests; a dense
+    model's cost does not depend on which tokens it reads). When it is, the
+    host moved, or the engine's speed depends on the prompts."""
+    out = []
+    for arm in replicas:
+        for metric in metrics:
+            c = judged[(arm, metric)].comparison if (arm, metric) in judged else None
+            if c is not None and c.verdict in ("better", "worse") and not c.below_min_effect:
+                out.append(f"prompt_seed audit failed: {arm}, the baseline {baseline} on other prompts, came out "
+                           f"{c.verdict} on {metric}: x{c.ratio:.3f} [{c.ci_low:.3f}, {c.ci_high:.3f}] beyond "
+                           f"min_effect {c.min_effect:.0%}")  # fmt: skip
     return out
 
 

@@ -5,6 +5,8 @@ Standard library only (runs inside engine envs).
 
 from __future__ import annotations
 
+import hashlib
+import json
 import random
 import statistics
 
@@ -21,6 +23,30 @@ def token_prompts(batch: int, prompt_len: int, vocab: int, seed: int = 0) -> lis
     rng = random.Random(seed)
     high = min(vocab, 10000) - 1
     return [[rng.randint(FIRST_WORD_ID, high) for _ in range(prompt_len)] for _ in range(batch)]
+
+
+def warmup_prompts(batch: int, prompt_len: int, vocab: int, prompt_seed: int, index: int) -> list[list[int]]:
+    """The ``index``-th warm-up batch: never the timed prompts of any
+    ``prompt_seed`` (a text seed, outside the integers those use), so the first
+    timed iteration is the first time its prompts are seen (the repeat_faster
+    audit reads it so)."""
+    rng = random.Random(f"omni-warmup:{prompt_seed}:{index}")
+    high = min(vocab, 10000) - 1
+    return [[rng.randint(FIRST_WORD_ID, high) for _ in range(prompt_len)] for _ in range(batch)]
+
+
+def fresh_prompts(batch: int, prompt_len: int, vocab: int, prompt_seed: int) -> list[list[int]]:
+    """A batch never seen before, timed once after the timed iterations: the
+    second first sight the repeat_faster audit compares the repeats with (a
+    slow iteration 0 alone may be noise, or a cold start)."""
+    rng = random.Random(f"omni-fresh:{prompt_seed}")
+    high = min(vocab, 10000) - 1
+    return [[rng.randint(FIRST_WORD_ID, high) for _ in range(prompt_len)] for _ in range(batch)]
+
+
+def prompts_digest(prompts: list[list[int]]) -> str:
+    """sha256 of the timed prompts' token ids: which prompts a run timed."""
+    return hashlib.sha256(json.dumps(prompts, separators=(",", ":")).encode()).hexdigest()
 
 
 def rates(batch: int, prompt_len: int, max_tokens: int, ttft_s: float, e2e_s: float) -> dict:

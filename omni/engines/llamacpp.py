@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from omni.engines.common import profile_overhead, token_prompts
+from omni.engines.common import fresh_prompts, profile_overhead, prompts_digest, token_prompts, warmup_prompts
 from omni.engines.protocol import log, mark_phase, serve
 from omni.ops import GGML_EVAL_CALLBACK  # standard library only at import, as the engine env needs
 
@@ -247,6 +247,7 @@ def generate(lm: Loaded, arm: dict, prompts: list[list[int]], tracer=_NoTracer()
         raise RuntimeError(f"llama_decode failed on the prefill (rc {rc}): context of {lm.n_ctx} tokens too small?")
     last = [greedy(llama_cpp, ctx, (s + 1) * prompt_len - 1, n_vocab) for s in range(batch_n)]
     ttft = time.perf_counter() - t0
+    tokens = [1] * batch_n  # sampled per sequence: the decode loop has no stop, so all or an error
     llama_cpp.llama_batch_free(batch)
     step = llama_cpp.llama_batch_init(batch_n, 0, batch_n)
     steps = []
@@ -262,10 +263,11 @@ def generate(lm: Loaded, arm: dict, prompts: list[list[int]], tracer=_NoTracer()
         if rc != 0:
             raise RuntimeError(f"llama_decode failed at decode step {k} (rc {rc})")
         last = [greedy(llama_cpp, ctx, s, n_vocab) for s in range(batch_n)]
+        tokens = [n + 1 for n in tokens]
         steps.append(time.perf_counter() - started)
     e2e = time.perf_counter() - t0
     llama_cpp.llama_batch_free(step)
-    return {"ttft_s": ttft, "e2e_s": e2e, "step_s": steps}
+    return {"ttft_s": ttft, "e2e_s": e2e, "step_s": steps, "tokens": tokens}
 
 
 def kv_bytes(lm: Loaded) -> int:
@@ -291,12 +293,15 @@ def run(arm: dict) -> dict:
     load_s = time.perf_counter() - t0
     mark_phase("loaded")
     log(f"loaded {path.name} in {load_s:.2f} s, n_ctx={lm.n_ctx}, threads={arm['threads_effective']}, mmap={params['mmap']}")
-    for seed in range(params["warmup"]):
-        generate(lm, {**arm, "max_tokens": 2}, token_prompts(batch, prompt_len, lm.n_vocab, seed=100 + seed))
+    seed = arm.get("prompt_seed", 0)
+    # drawn before the first timed iteration, so no first sight waits on Python between iterations
+    prompts, fresh_batch = (f(batch, prompt_len, lm.n_vocab, seed) for f in (token_prompts, fresh_prompts))
+    for i in range(params["warmup"]):
+        generate(lm, {**arm, "max_tokens": 2}, warmup_prompts(batch, prompt_len, lm.n_vocab, seed, i))
     llama_cpp.llama_perf_context_reset(lm.ctx)
-    prompts = token_prompts(batch, prompt_len, lm.n_vocab)
     iterations = [generate(lm, arm, prompts) for _ in range(params["iterations"])]  # KV cleared each time
     perf = llama_cpp.llama_perf_context(lm.ctx)
+    fresh = generate(lm, arm, fresh_batch)  # the repeat audit's second first sight, in no metric
     metrics = {"load_s": load_s, "kv_cache_bytes_effective": kv_bytes(lm)}
     traced = {}
     if arm.get("profiled"):
@@ -307,13 +312,15 @@ def run(arm: dict) -> dict:
     return {
         "metrics": metrics,
         "iterations": iterations,
+        "fresh": fresh,
         "profile": traced,
         # llama.cpp's own phase totals over the timed iterations (t_load_ms: the
         # whole load); with a batch, every decode is a multi-token one, which it
         # files under prompt eval, so its split is not vLLM's prefill/decode
         "perf": {"t_load_ms": perf.t_load_ms, "t_p_eval_ms": perf.t_p_eval_ms, "n_p_eval": perf.n_p_eval,
                  "t_eval_ms": perf.t_eval_ms, "n_eval": perf.n_eval, "n_reused": perf.n_reused},
-        "config": {"n_ctx": lm.n_ctx, "threads": arm["threads_effective"], "mmap": params["mmap"], "gguf": path.name},
+        "config": {"n_ctx": lm.n_ctx, "threads": arm["threads_effective"], "mmap": params["mmap"], "gguf": path.name,
+                   "prompt_seed": seed, "prompts_sha256": prompts_digest(prompts)},
         "provenance": {
             "engine_version": f"llama-cpp-python {llama_cpp.__version__}",
             "engine_commit": ggml_commit(),

@@ -19,10 +19,12 @@ import subprocess
 import sys
 import time
 
+from omni.engines.common import fresh_prompts, prompts_digest, token_prompts
 from omni.engines.protocol import log, mark_phase, serve
 from omni.topology import parse_cpulist
 
 MIB = 1 << 20
+VOCAB = 32000  # as omni's tiny models: prompts are token ids like the real engines' (their cost is not)
 PAGE = mmap.PAGESIZE
 
 
@@ -144,24 +146,39 @@ def escape_binding(how: str, slot_nodes: list[int], mb: float) -> mmap.mmap | No
     return None
 
 
-def generate(arm: dict, params: dict) -> dict:
+def generate(arm: dict, params: dict, prompts: list[list[int]], seen: set, short: bool = False) -> dict:
     """Prefill then decode, token by token, timed like a real engine: raw
-    times for :mod:`omni.iterations` (first token, end, each later step)."""
-    batch, prompt_len, max_tokens = arm["batch_size"], arm["prompt_len"], arm["max_tokens"]
+    times for :mod:`omni.iterations` (first token, end, each later step) and
+    the tokens each sequence generated.
+
+    A prompt in ``seen`` (prefilled before by this process) costs
+    ``prefix_cache`` less prefill work, as on a cache hit; ``short``: the last
+    sequence stops one token early."""
+    max_tokens = arm["max_tokens"]
+    targets = [max_tokens] * len(prompts)
+    if short:
+        targets[-1] -= 1
     t0 = time.perf_counter()
-    burn(params["prefill_work_per_token"] * prompt_len * batch)
+    for prompt in prompts:
+        key = tuple(prompt)
+        share = 1 - params["prefix_cache"] if key in seen else 1
+        burn(int(params["prefill_work_per_token"] * len(prompt) * share))
+        seen.add(key)
     first_token_s, steps = None, []
-    for step in range(max_tokens):
+    for step in range(max(targets)):
         started = time.perf_counter()
-        for _ in range(batch):
-            burn(params["work_per_token"])
+        for target in targets:
+            if target > step:
+                burn(params["work_per_token"])
         if params.get("step_sleep_ms"):
             time.sleep(params["step_sleep_ms"] / 1000)  # a step that waits, as on memory or a device
         if step == 0:
             first_token_s = time.perf_counter() - t0
         else:
             steps.append(time.perf_counter() - started)
-    return {"ttft_s": first_token_s, "e2e_s": time.perf_counter() - t0, "step_s": steps}
+    if first_token_s is None:  # no sequence got a token: its "first" is the end of the prefill
+        first_token_s = time.perf_counter() - t0
+    return {"ttft_s": first_token_s, "e2e_s": time.perf_counter() - t0, "step_s": steps, "tokens": targets}
 
 
 def run(arm: dict) -> dict:
@@ -187,7 +204,12 @@ def run(arm: dict) -> dict:
         raise RuntimeError("synthetic engine crashed as asked (params.crash: true)")
     while params["hang"]:
         time.sleep(3600)
-    iterations = [generate(arm, params) for _ in range(params["iterations"])]
+    seed = arm.get("prompt_seed", 0)
+    prompts, fresh_batch = (f(arm["batch_size"], arm["prompt_len"], VOCAB, seed) for f in (token_prompts, fresh_prompts))
+    seen: set = set()  # the simulated prefix cache (params.prefix_cache)
+    iterations = [generate(arm, params, prompts, seen, short=i == params.get("short_iteration"))
+                  for i in range(params["iterations"])]  # fmt: skip
+    fresh = generate(arm, params, fresh_batch, seen)  # the repeat audit's second first sight, in no metric
     mark_phase("steady")
     time.sleep(params["hold_s"])
     for child in children:
@@ -197,7 +219,9 @@ def run(arm: dict) -> dict:
     return {
         "metrics": {"load_s": load_s},
         "iterations": iterations,
-        "config": {"procs": procs, "mem_mb_per_proc": mb_each, "daemon_pid": daemon_pid},
+        "fresh": fresh,
+        "config": {"procs": procs, "mem_mb_per_proc": mb_each, "daemon_pid": daemon_pid,
+                   "prompt_seed": seed, "prompts_sha256": prompts_digest(prompts)},
         "provenance": {"engine_version": "synthetic-1"},
     }
 

@@ -1,8 +1,10 @@
 """vLLM on CPU, offline ``LLM``, measured the same way as every engine.
 
-Prompts are token ids (distinct per sequence), prefix caching off unless the
-arm turns it on (otherwise prefill is measured on a cache hit), greedy with
-``ignore_eos`` so every sequence generates exactly ``max_tokens``. After
+Prompts are token ids (distinct per sequence, drawn with the arm's
+``prompt_seed``), prefix caching off unless the arm turns it on (otherwise
+prefill is measured on a cache hit), greedy with ``ignore_eos`` so every
+sequence should generate exactly ``max_tokens``: each iteration reports how
+many each one did (``tokens``), and omni checks it (tokens_mismatch). After
 ``warmup`` untimed generations, ``iterations`` timed ones, each stepped by
 omni (:func:`timed_generate`): TTFT when every sequence has its first token,
 end to end when all are done, and every decode step's wall time.
@@ -19,7 +21,7 @@ import os
 import time
 from pathlib import Path
 
-from omni.engines.common import profile_overhead, token_prompts
+from omni.engines.common import fresh_prompts, profile_overhead, prompts_digest, token_prompts, warmup_prompts
 from omni.engines.protocol import log, mark_phase, serve
 from omni.vllm_plugin.names import QUANT_VAR, REPORT_VAR, SELECT_VAR
 
@@ -58,7 +60,7 @@ def engine_kwargs(arm: dict) -> dict:
         "enforce_eager": (arm.get("compile_mode") or "eager") == "eager",
         "enable_prefix_caching": params["prefix_caching"],
         "load_format": params["load_format"],
-        "seed": 0,
+        "seed": arm.get("prompt_seed", 0),  # greedy: no token depends on it, but a rerun differs only by seed
         "skip_tokenizer_init": False,
     }
     if arm.get("quantization") == "cpu_int4":
@@ -106,9 +108,11 @@ def timed_generate(llm, prompts, max_tokens: int) -> dict:
     sampling = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True, detokenize=False,
                               output_kind=RequestOutputKind.DELTA)  # fmt: skip
     t0 = time.perf_counter()
+    ids = []
     for p in prompts:
         rendered = llm._preprocess_cmpl_one(TokensPrompt(prompt_token_ids=p))
-        engine.add_request(str(next(llm.request_counter)), rendered, sampling)
+        ids.append(str(next(llm.request_counter)))
+        engine.add_request(ids[-1], rendered, sampling)
     produced: dict[str, int] = {}
     ttft, last, steps = None, None, []
     while engine.has_unfinished_requests():
@@ -129,13 +133,14 @@ def timed_generate(llm, prompts, max_tokens: int) -> dict:
             steps.append(now - last)
             last = now
     e2e = time.perf_counter() - t0
-    if set(produced.values()) != {max_tokens} or len(produced) != len(prompts):
-        raise RuntimeError(f"asked for {max_tokens} tokens per sequence, got {sorted(produced.values())}")
+    tokens = [produced.get(i, 0) for i in ids]  # per sequence, as generated: omni checks them (tokens_mismatch)
+    if ttft is None:
+        raise RuntimeError(f"asked for {max_tokens} tokens per sequence, got {tokens}: some got none, no TTFT")
     if max_tokens > 1 and not steps:
         # every token arrived in one step: the outputs were not streamed, and a
         # "TTFT" taken here would be the end-to-end time
         raise RuntimeError("vLLM delivered every token at once (FINAL_ONLY outputs?): no TTFT or ITL to measure")
-    return {"ttft_s": ttft, "e2e_s": e2e, "step_s": steps}
+    return {"ttft_s": ttft, "e2e_s": e2e, "step_s": steps, "tokens": tokens}
 
 
 def profiler_config(trace_dir: Path, steps: int):
@@ -222,10 +227,12 @@ def run(arm: dict) -> dict:
     kv_effective, kv_config = kv_cache_bytes(llm)
     log(f"vLLM {vllm.__version__} ready in {load_s:.1f} s; KV {kv_config}")
     batch, prompt_len, max_tokens = arm["batch_size"], arm["prompt_len"], arm["max_tokens"]
-    prompts = token_prompts(batch, prompt_len, llm.llm_engine.model_config.get_vocab_size())
-    for _ in range(arm["params"]["warmup"]):
-        timed_generate(llm, token_prompts(batch, prompt_len, 10000, seed=1), max_tokens)
+    vocab, seed = llm.llm_engine.model_config.get_vocab_size(), arm.get("prompt_seed", 0)
+    prompts, fresh_batch = (f(batch, prompt_len, vocab, seed) for f in (token_prompts, fresh_prompts))
+    for i in range(arm["params"]["warmup"]):
+        timed_generate(llm, warmup_prompts(batch, prompt_len, vocab, seed, i), max_tokens)
     iterations = [timed_generate(llm, prompts, max_tokens) for _ in range(arm["params"]["iterations"])]
+    fresh = timed_generate(llm, fresh_batch, max_tokens)  # the repeat audit's second first sight
     metrics = {"load_s": load_s, "kv_cache_bytes_effective": kv_effective}
     traced = {}
     if profile:
@@ -240,10 +247,12 @@ def run(arm: dict) -> dict:
     return {
         "metrics": metrics,
         "iterations": iterations,
+        "fresh": fresh,
         "profile": traced,
         "patch_report": read_patch_report(report_path),
         "config": {**kv_config, "omp_threads_bind": os.environ.get("VLLM_CPU_OMP_THREADS_BIND"),
-                   "enforce_eager": kwargs["enforce_eager"], "max_model_len": kwargs["max_model_len"]},
+                   "enforce_eager": kwargs["enforce_eager"], "max_model_len": kwargs["max_model_len"],
+                   "prompt_seed": seed, "prompts_sha256": prompts_digest(prompts)},
         "provenance": {"engine_version": f"vllm {vllm.__version__}", "torch_version": torch.__version__,
                        "engine_commit": vllm_commit(), **wheel_identity("vllm")},
     }  # fmt: skip

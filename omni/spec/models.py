@@ -119,6 +119,13 @@ class SyntheticParams(SpecModel):
     # reset_policy: set_mempolicy(MPOL_DEFAULT) and allocate again;
     # migrate_pages: move every page to a node outside the slot
     escape: Literal["none", "reset_policy", "migrate_pages"] = "none"
+    # a prefix cache, as an engine might keep one unasked: a prompt this process
+    # has prefilled before costs this share less prefill work the next time
+    # (0: no cache), for tests of the repeat_faster audit
+    prefix_cache: float = Field(0.0, ge=0, le=1)
+    # the timed iteration (from 0) in which the batch's last sequence stops one
+    # token short, as an engine stopping early would; None: none does (tokens_mismatch)
+    short_iteration: int | None = Field(None, ge=0)
 
 
 class VllmParams(SpecModel):
@@ -181,6 +188,10 @@ class Arm(SpecModel):
     prompt_len: int = Field(128, ge=1)
     max_tokens: int = Field(32, ge=1)
     batch_size: int = Field(1, ge=1)
+    # seed of the timed prompts (token ids, omni.engines.common.token_prompts):
+    # an audit rerun of the arm on other prompts; not the sweep's seed, which
+    # shuffles the order of arms
+    prompt_seed: int = Field(0, ge=0, le=2**31 - 1)
     threads: int | None = Field(None, ge=1)
     kv_cache_bytes: int | None = Field(None, ge=1)
     compile_mode: Literal["eager", "compiled"] | None = None
@@ -317,15 +328,30 @@ class SlotRequest(SpecModel):
 # --- identity ---
 
 
+# Fields added after runs were stored under hashes without them: out of the
+# identity while at their default, so those arms (and their stored runs) keep
+# their hashes. ``profile`` adds runs, it changes none; ``prompt_seed`` 0 is
+# the prompts every run timed before it existed; the synthetic engine's
+# fault knobs change nothing while off.
+LATE_ARM_FIELDS = ("profile", "prompt_seed")
+LATE_PARAMS = {"synthetic": ("prefix_cache", "short_iteration")}
+
+
 def canonical_arm_json(arm: Arm) -> str:
     """Deterministic JSON of the arm, defaults included: the run identity.
 
     Every field takes part, so adding an Arm field changes every hash (a resume
-    across such a change reruns everything, which is the safe side).
+    across such a change reruns everything, which is the safe side), but for
+    :data:`LATE_ARM_FIELDS` and :data:`LATE_PARAMS` at their defaults.
     """
-    # ``profile`` adds runs, it changes none: out of the identity when unset,
-    # so arms (and their stored runs) from before it existed keep their hashes
-    fields = arm.model_dump(mode="json", exclude={"profile"} if arm.profile is None else None)
+    fields = arm.model_dump(mode="json")
+    for name in LATE_ARM_FIELDS:
+        if getattr(arm, name) == Arm.model_fields[name].default:
+            del fields[name]
+    defaults = ENGINE_PARAMS[arm.engine].model_fields
+    for name in LATE_PARAMS.get(arm.engine, ()):
+        if name in fields["params"] and fields["params"][name] == defaults[name].default:
+            del fields["params"][name]
     return json.dumps(fields, sort_keys=True, separators=(",", ":"), allow_nan=False)
 
 
