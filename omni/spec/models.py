@@ -45,25 +45,20 @@ def _check_name(value: str) -> str:
     return value
 
 
-def _check_env_name(value: str) -> str:
-    if not ENV_NAME.match(value):
-        raise problem(
-            f"{value!r} is not an environment variable name "
-            "(letters, digits and _, not starting with a digit)"
-        )
-    return value
+def _matching(pattern: re.Pattern, what: str):
+    """A validator: the value must match ``pattern``, else it is not ``what``."""
+    def check(value: str) -> str:
+        if not pattern.match(value):
+            raise problem(f"{value!r} is not {what}")
+        return value
+
+    return check
 
 
+_check_env_name = _matching(ENV_NAME, "an environment variable name (letters, digits and _, not starting with a digit)")
 HOST_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
-
-
-def _check_host_name(value: str) -> str:
-    if not HOST_NAME.match(value):
-        raise problem(
-            f"{value!r} is not a fleet host name: lower-case letters, digits, _ and - "
-            "(starting with a letter or digit, at most 63), as given to omni worker --host"
-        )
-    return value
+_check_host_name = _matching(HOST_NAME, "a fleet host name: lower-case letters, digits, _ and - (starting with a "
+                             "letter or digit, at most 63), as given to omni worker --host")  # fmt: skip
 
 
 Name = Annotated[str, AfterValidator(_check_name)]
