@@ -27,6 +27,10 @@ from omni.store import list_temp_files, load_runs
 from tests.conftest import REPO
 from tests.test_cli import OMNI, omni
 
+# each test starts two sweeps (Prefect's ephemeral server each): about 60 s here, three times that on a
+# loaded host (seen beside a vLLM test), past the default 180 s
+pytestmark = pytest.mark.timeout(480)
+
 
 def engine_processes(marker: str, kind: bytes = b"omni.engines") -> list[int]:
     """Processes whose command line mentions ``marker`` and ``kind``."""
