@@ -500,16 +500,26 @@ def prompt_audit(judged: dict, replicas: list[str], baseline: str | None, metric
     """The audit rerun across runs: the baseline on other prompts cannot be
     better or worse beyond min_effect (after MLPerf's audit tests; a dense
     model's cost does not depend on which tokens it reads). When it is, the
-    host moved, or the engine's speed depends on the prompts."""
+    host moved, or the engine's speed depends on the prompts.
+
+    Failed only when the whole interval lies beyond +-min_effect, not when it
+    merely excludes 1: the audit checks every metric at once, and at about 4 %
+    A/A false positives per metric (tests/test_stats.py) "excludes 1" would
+    condemn an honest arm in about one audit of six on correlated metrics."""
     out = []
     for arm in replicas:
         for metric in metrics:
             c = judged[(arm, metric)].comparison if (arm, metric) in judged else None
-            if c is not None and c.verdict in ("better", "worse") and not c.below_min_effect:
+            if c is not None and c.verdict in ("better", "worse") and beyond(c):
                 out.append(f"prompt_seed audit failed: {arm}, the baseline {baseline} on other prompts, came out "
                            f"{c.verdict} on {metric}: x{c.ratio:.3f} [{c.ci_low:.3f}, {c.ci_high:.3f}] beyond "
                            f"min_effect {c.min_effect:.0%}")  # fmt: skip
     return out
+
+
+def beyond(c) -> bool:
+    """The whole interval lies outside +-min_effect (on the log scale, as the verdicts' margin)."""
+    return c.ci_low > 1 + c.min_effect or c.ci_high < 1 / (1 + c.min_effect)
 
 
 @dataclass(frozen=True)
