@@ -174,8 +174,11 @@ def test_two_resumes_of_one_sweep_at_once_run_each_run_once_and_both_exit_0(tmp_
 def test_sigint_or_sigterm_mid_sweep_exits_interrupted_reaps_everything_and_resume_completes(tmp_path, sig, code):
     spec, results = slow_sweep(tmp_path, 2)
     env = {**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    # SIGINT as at a terminal: a shell without job control starts background jobs with SIGINT ignored,
+    # and a Python started so never raises KeyboardInterrupt (the sweep would run to its end)
     proc = subprocess.Popen([*OMNI, "sweep", str(spec), "--results", str(results), "--force", "--quiet"], cwd=REPO,
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # fmt: skip
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
     deadline = time.monotonic() + 180
     while not list((results / "runs").glob("*/*.parquet")):
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-3000:]
