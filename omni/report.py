@@ -11,7 +11,7 @@ from pathlib import Path
 from dataclasses import asdict
 
 from omni.objstore import ResultsPath, results_root
-from omni.summary import Change, Judged, SweepComparison, SweepSummary
+from omni.summary import Change, Judged, SweepComparison, SweepSummary, untrusted
 
 VERDICT_COLORS = {"better": "#1a7f37", "worse": "#cf222e", "equivalent": "#57606a", "inconclusive": "#bf8700"}
 
@@ -55,7 +55,7 @@ def summary_markdown(summary: SweepSummary) -> str:
             ci = f"[{_num(cell.ci_low)}, {_num(cell.ci_high)}]" if cell.ci_low is not None else "-"
             cv = f"{cell.cv:.1%}" if cell.cv is not None else "-"
             verdict = "baseline" if arm == summary.baseline else _verdict_text(summary.judged[(arm, metric)])
-            if metric in summary.untrusted and arm not in (summary.baseline, summary.control):
+            if arm not in (summary.baseline, summary.control) and untrusted(summary, arm, metric):
                 verdict += " (untrustworthy: see the control)"
             if arm in summary.void:
                 verdict = f"VOID ({summary.void[arm].split(':')[1].strip()}): {verdict}"
@@ -104,7 +104,7 @@ def verdicts_markdown(summary: SweepSummary, metrics: tuple[str, ...] = HEADLINE
     for arm in summary.arms:
         if arm == summary.baseline:
             continue
-        cells = [_verdict_text(summary.judged[(arm, m)]) + (" (untrustworthy)" if m in summary.untrusted else "")
+        cells = [_verdict_text(summary.judged[(arm, m)]) + (" (untrustworthy)" if untrusted(summary, arm, m) else "")
                  for m in shown]  # fmt: skip
         lines.append(f"| {arm} | " + " | ".join(cells) + " |")
     if summary.untrusted:

@@ -365,7 +365,7 @@ def across_hosts(key: tuple[str, str], per_host: dict[str, SweepSummary]) -> Jud
         judged = summary.judged.get(key)
         comparison = judged.comparison if judged else None
         verdict = judged.refused if judged and judged.refused else comparison.verdict if comparison else "no runs"
-        if key[1] in summary.untrusted:
+        if untrusted(summary, *key):
             verdict = "untrustworthy"
         ratio = f" x{comparison.ratio:.3f}" if comparison and comparison.ratio is not None else ""
         seen[host] = (verdict, f"{host} {verdict}{ratio}")
@@ -455,6 +455,24 @@ def control_of(spec, arms: list[str]) -> str | None:
     return name if name in arms else None
 
 
+INSIDE_MIN_EFFECT = "inside min_effect"  # the mark of a control failure that leaves larger effects standing
+
+
+def untrusted(summary, arm: str, metric: str) -> bool:
+    """Whether ``arm``'s verdict on ``metric`` falls to the control: every
+    verdict when the control differed beyond min_effect; when it differed by
+    less, only verdicts that are themselves below min_effect (or
+    equivalent): an effect beyond min_effect stands, as the warning says."""
+    why = summary.untrusted.get(metric)
+    if why is None:
+        return False
+    if INSIDE_MIN_EFFECT not in why:
+        return True
+    judged = summary.judged.get((arm, metric))
+    c = judged.comparison if judged else None
+    return c is None or c.verdict not in ("better", "worse") or c.below_min_effect
+
+
 def control_failures(judged: dict, control: str, baseline: str, metrics: list[str]) -> dict[str, str]:
     """metric -> why its verdicts are untrustworthy: the control, the
     baseline's replica, came out better or worse than the baseline by an
@@ -470,7 +488,7 @@ def control_failures(judged: dict, control: str, baseline: str, metrics: list[st
             continue
         seen = f"x{c.ratio:.3f} [{c.ci_low:.3f}, {c.ci_high:.3f}]"
         if c.below_min_effect:
-            out[metric] = (f"the A/A control {control} differs from {baseline} by {seen}, inside min_effect "
+            out[metric] = (f"the A/A control {control} differs from {baseline} by {seen}, {INSIDE_MIN_EFFECT} "
                            f"{c.min_effect:.0%}: verdicts below min_effect on it are not to be trusted")
         else:
             out[metric] = (f"the A/A control {control} came out {c.verdict} than its own replica {baseline}: "
