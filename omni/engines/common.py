@@ -20,6 +20,10 @@ def token_prompts(batch: int, prompt_len: int, vocab: int, seed: int = 0) -> lis
     another's cache; ids below 10000 as ``vllm bench latency`` draws them,
     kept inside the model's vocabulary.
     """
+    return _draw(seed, batch, prompt_len, vocab)
+
+
+def _draw(seed: int | str, batch: int, prompt_len: int, vocab: int) -> list[list[int]]:
     rng = random.Random(seed)
     high = min(vocab, 10000) - 1
     return [[rng.randint(FIRST_WORD_ID, high) for _ in range(prompt_len)] for _ in range(batch)]
@@ -30,18 +34,14 @@ def warmup_prompts(batch: int, prompt_len: int, vocab: int, prompt_seed: int, in
     ``prompt_seed`` (a text seed, outside the integers those use), so the first
     timed iteration is the first time its prompts are seen (the repeat_faster
     audit reads it so)."""
-    rng = random.Random(f"omni-warmup:{prompt_seed}:{index}")
-    high = min(vocab, 10000) - 1
-    return [[rng.randint(FIRST_WORD_ID, high) for _ in range(prompt_len)] for _ in range(batch)]
+    return _draw(f"omni-warmup:{prompt_seed}:{index}", batch, prompt_len, vocab)
 
 
 def fresh_prompts(batch: int, prompt_len: int, vocab: int, prompt_seed: int) -> list[list[int]]:
     """A batch never seen before, timed once after the timed iterations: the
     second first sight the repeat_faster audit compares the repeats with (a
     slow iteration 0 alone may be noise, or a cold start)."""
-    rng = random.Random(f"omni-fresh:{prompt_seed}")
-    high = min(vocab, 10000) - 1
-    return [[rng.randint(FIRST_WORD_ID, high) for _ in range(prompt_len)] for _ in range(batch)]
+    return _draw(f"omni-fresh:{prompt_seed}", batch, prompt_len, vocab)
 
 
 def prompts_digest(prompts: list[list[int]]) -> str:
