@@ -27,7 +27,8 @@ from omni.runner import RUNS, PlanItem, RunContext
 from omni.schedule import dispatch
 from omni.store import CONSOLIDATE_AT, compact_sweep, consolidate
 from omni.summary import Change, nightly_changes, summarize_sweep, sweep_history
-from omni.sweep import SKIPPED, format_table, prepare_sweep, run_and_store, sweep_table, take_over, write_manifest
+from omni.sweep import (SKIPPED, format_table, item_outcome, prepare_sweep, run_and_store, sweep_table, take_over,
+                        write_manifest)
 
 OUTCOME_KEYS = ("run_id", "arm", "pass_index", "slot_index", "status", "error")
 
@@ -60,8 +61,7 @@ def error_outcome(item: PlanItem, error: BaseException) -> dict:
     the results, so ``--resume`` runs it again."""
     full = disk_full(error)
     why = f"{full}: not stored, free space and --resume" if full else f"{type(error).__name__}: {error}"
-    return {"run_id": item.run_id, "arm": item.arm.name, "pass_index": item.pass_index,
-            "slot_index": item.slot.index, "status": "error", "error": why}  # fmt: skip
+    return item_outcome(item, "error", why)
 
 
 def run_items(prepared) -> list[dict]:

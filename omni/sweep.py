@@ -313,6 +313,12 @@ def take_over(sweep_id: str | None, **asked) -> PreparedSweep | None:
     return prepared if have == want else None
 
 
+def item_outcome(item: PlanItem, status: str, error: str) -> dict:
+    """The outcome of a run that has no row of its own (skipped, or not stored)."""
+    return {"run_id": item.run_id, "arm": item.arm.name, "pass_index": item.pass_index,
+            "slot_index": item.slot.index, "status": status, "error": error}  # fmt: skip
+
+
 def run_and_store(context: RunContext, item: PlanItem, extra: dict | None = None) -> dict:
     """Run one item on its slot, held exclusively on this host, and write its
     row the moment it ends (STYLE.md 5). A run claimed by another process, or
@@ -329,8 +335,7 @@ def run_and_store(context: RunContext, item: PlanItem, extra: dict | None = None
                 taken = "another process has stored it"
             if taken:
                 status = SKIPPED
-                return {"run_id": item.run_id, "arm": item.arm.name, "pass_index": item.pass_index,
-                        "slot_index": item.slot.index, "status": SKIPPED, "error": f"skipped: {taken}"}  # fmt: skip
+                return item_outcome(item, SKIPPED, f"skipped: {taken}")
             with hold_cpus(item.slot.cpus):
                 row = run_arm(context, item)
             row.update(extra or {})
