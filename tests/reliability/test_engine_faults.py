@@ -41,7 +41,9 @@ def test_sigkill_of_the_vllm_front_reaps_engine_core_and_worker_fails_the_row_an
     results = tmp_path / "results"
     # both cores for one slot: vLLM starts faster than on one, and the second
     # run is on exactly the CPUs the killed one held
-    prepared = prepare_sweep(write_spec(tmp_path, [VLLM_ARM], passes=2, slots={"cpus": "0-1"}),
+    # vLLM CPU takes 40-60 s to start on a quiet host: 60 s (write_spec's default)
+    # timed out the clean second run on a loaded CI host
+    prepared = prepare_sweep(write_spec(tmp_path, [VLLM_ARM], passes=2, slots={"cpus": "0-1"}, timeout_s=300),
                              results=results)  # fmt: skip
     first, second = sorted(prepared.items, key=lambda i: i.order_index)
     rows = {}
