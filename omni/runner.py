@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from omni.audit import audit_repeats, audit_tokens
 from omni.engines.protocol import PHASE_PREFIX
+from omni.engines.vllm import COMPILE_MARKERS, compile_cache_state
 from omni.errors import naming
 from omni.iterations import run_metrics
 from omni.mempolicy import describe_nodes, node_list
@@ -117,13 +118,15 @@ def engine_env(item: PlanItem) -> dict[str, str]:
 
 
 class LogReader(threading.Thread):
-    """Copies the engine's output to its log file, keeps the tail, relays phases."""
+    """Copies the engine's output to its log file, keeps the tail, relays
+    phases, and keeps the lines that say how a compiled start got its graph."""
 
     def __init__(self, stream, log_path: Path, sampler: TreeSampler, run_id: str = "") -> None:
         super().__init__(name="engine-log", daemon=True)
         self.stream, self.log_path, self.sampler, self.run_id = stream, log_path, sampler, run_id
         self.tail: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
         self.write_error: OSError | None = None  # the log file could not be written (a full disk)
+        self.compile_lines: list[str] = []  # COMPILE_MARKERS seen, however long the log
 
     def run(self) -> None:
         log = self._open()
@@ -134,6 +137,8 @@ class LogReader(threading.Thread):
                 self.sampler.mark(phase)
                 BOARD.phase(self.run_id, phase)
             self.tail.append(line)
+            if any(marker in line for marker in COMPILE_MARKERS.values()):
+                self.compile_lines.append(line)
             if log is not None:
                 try:
                     log.write(line + "\n")
@@ -449,6 +454,8 @@ def fill_metrics(row: dict, proc: EngineProcess, result: dict) -> None:
         warn(row, "steps_missing", "the engine timed no decode step: no inter-token latency for this run")
     row.update(summarize(proc.sampler))
     row["patch_report"] = result.get("patch_report")
+    if row["engine"] == "vllm":
+        row["compile_cache"] = compile_cache_state(proc.reader.compile_lines)
     row["engine_config"] = result.get("config")
     row["engine_perf"] = result.get("perf")
     merge_engine_provenance(row, result.get("provenance", {}))

@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 # a results location as callers give it: a directory, or s3://bucket/prefix
 Results = str | Path | ResultsPath
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 STATUSES = ("ok", "failed", "timeout", "refused", "invalid")
 BINDING_METHODS = ("numactl", "sched_setaffinity", "none")
@@ -235,6 +235,11 @@ COLUMNS: tuple[Column, ...] = (
          "install (v2; v4: before, omni's line was in it, so it moved with every omni commit)"),
         ("engine_config", _STR, None, "the engine's effective configuration as it reported it (OMP bind, KV "
          "blocks, max_model_len, n_ctx...), JSON object (v4)", _JSON),
+        ("compile_cache", _STR, None, "vLLM compiled mode, from the engine's log: how this start got its "
+         "compiled graph: loaded (a warm AOT artifact, nothing compiled), compiled (no artifact to load; "
+         "inductor's own caches may still have served parts), recompiled (an artifact failed to load); null: "
+         "eager, AOT off, another engine, or a row before v8. The artifact's key covers the CPU binding: a "
+         "warm start on other CPUs compiles (v8)"),
     ),
     *_group(
         "validity",
@@ -681,8 +686,13 @@ def _v6_to_v7(table: pa.Table) -> pa.Table:
     return table
 
 
+def _v7_to_v8(table: pa.Table) -> pa.Table:
+    """v8 added compile_cache: not read from the log before, so null."""
+    return table
+
+
 UPGRADES: dict[int, Callable[[pa.Table], pa.Table]] = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4, 4: _v4_to_v5,
-                                                       5: _v5_to_v6, 6: _v6_to_v7}  # fmt: skip
+                                                       5: _v5_to_v6, 6: _v6_to_v7, 7: _v7_to_v8}  # fmt: skip
 
 
 def upgrade_table(table: pa.Table, columns: list[str] | None = None) -> pa.Table:

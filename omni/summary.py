@@ -294,6 +294,16 @@ def _mmap_modes(frame: pd.DataFrame, arm: str) -> set:
     return {None if pd.isna(v) else bool(v) for v in frame.loc[frame["arm"] == arm, "mmap"]}
 
 
+def mixed_compile_cache(frame: pd.DataFrame, arm: str) -> str | None:
+    """``arm``'s runs counted by compile_cache state when they started from more
+    than one ("2 loaded, 1 compiled"), else None: such a load_s is bimodal in
+    the cache's history, not noise of the arm."""
+    if "compile_cache" not in frame.columns:
+        return None
+    states = frame.loc[frame["arm"] == arm, "compile_cache"].dropna().value_counts()
+    return ", ".join(f"{n} {state}" for state, n in states.items()) if len(states) > 1 else None
+
+
 def judge(
     base: pd.DataFrame, other: pd.DataFrame, base_arm: str, arm: str, metric: str, min_effect: float, drift: float = 0.0
 ) -> Judged:
@@ -304,6 +314,12 @@ def judge(
         modes = _mmap_modes(base, base_arm) | _mmap_modes(other, arm)
         if len(modes - {None}) > 1:
             return Judged(None, "refused: mixed mmap modes (mmap weights are file pages, not RssAnon)", warnings)
+    if metric == "load_s":
+        for rows, name in ((base, base_arm), (other, arm)):
+            if mixed := mixed_compile_cache(rows, name):
+                return Judged(None, f"refused: {name}'s runs started from different compile cache states ({mixed}): "
+                                    "its load_s measures vLLM's cache, not the arm; warm each slot's cache first, or "
+                                    "give each run its own VLLM_CACHE_ROOT", warnings)  # fmt: skip
     result = compare(_values(base, base_arm, metric), _values(other, arm, metric),
                      better=COLUMNS_BY_NAME[metric].better, min_effect=min_effect, drift=drift,
                      within=(_within(base, base_arm, metric), _within(other, arm, metric)))  # fmt: skip
@@ -406,6 +422,8 @@ def summarize_rows(results: Path, sweep_id: str, rows: SweepRows, spec, one_host
                  if isinstance(values, list) and key in MUST_AGREE and (one_host or key != "host")]
     warnings += [f"unreadable file skipped: {path} ({why}); move it out of the results"
                  for path, why in unreadable_under(results).items()]  # fmt: skip
+    warnings += [f"mixed compile cache: {arm}'s runs started {mixed}; its load_s is the cache's history, not the arm's"
+                 for arm in arms if (mixed := mixed_compile_cache(ok, arm))]  # fmt: skip
     void = void_arms(profiled)
     warnings += [f"void arm {arm}: every number of it is void, its timed runs included: {why}" for arm, why in void.items()]
     return SweepSummary(

@@ -131,6 +131,37 @@ def test_memory_compared_across_mmap_modes_is_refused(tmp_path):
     assert judge(frame, frame, "a", "b", "decode_tok_s", 0.3).comparison is not None
 
 
+def test_load_time_of_an_arm_whose_runs_mixed_warm_and_cold_compiled_starts_is_refused(tmp_path):
+    """vLLM's compiled mode: a run that loaded a warm AOT artifact and one that
+    compiled measure the cache's history. Within one arm that is refused on
+    load_s, named in the sweep's warnings; two arms each consistent (the AOT
+    patch's very effect: loaded against recompiled) are compared."""
+    store_sweep(tmp_path, "sw", {"a": [1, 1, 1], "b": [1, 1, 1]})
+    from omni.store import load_runs
+    from omni.summary import judge
+
+    frame = load_runs(tmp_path)
+    frame["load_s"] = [30.0, 30.5, 29.8, 12.0, 31.0, 30.2]
+    frame["compile_cache"] = ["recompiled"] * 3 + ["loaded", "compiled", "compiled"]
+    judged = judge(frame, frame, "a", "b", "load_s", 0.05)
+    assert judged.comparison is None and "b's runs started from different compile cache states" in judged.refused
+    assert "1 loaded" in judged.refused and "2 compiled" in judged.refused
+    assert judge(frame, frame, "a", "b", "decode_tok_s", 0.3).comparison is not None  # only load time is refused
+    frame["compile_cache"], frame["load_s"] = ["recompiled"] * 3 + ["loaded"] * 3, [30.0, 30.5, 29.8, 12.0, 12.3, 11.9]
+    assert judge(frame, frame, "a", "b", "load_s", 0.05).comparison.verdict == "better"
+    frame["compile_cache"] = None  # eager, or rows before v8: nothing known, nothing refused
+    assert judge(frame, frame, "a", "b", "load_s", 0.05).comparison is not None
+
+    for i, state in enumerate(["compiled", "loaded", "loaded"]):
+        write_run(tmp_path, {
+            "run_id": f"mixed{i}", "sweep_id": "mixed", "sweep_name": "s", "status": "ok", "arm": "a", "pass_index": i,
+            "order_index": i, "host": "fixture-host", "engine": "vllm", "arm_json": json.dumps({"name": "a"}),
+            "load_s": 20.0 + i, "compile_cache": state, "started_at": T0, "finished_at": T0 + timedelta(seconds=1),
+        })  # fmt: skip
+    warnings = summarize_sweep(tmp_path, "mixed").warnings
+    assert any(w.startswith("mixed compile cache: a's runs started 2 loaded, 1 compiled") for w in warnings), warnings
+
+
 def test_validity_rules_name_the_doubt():
     rules = dict(validity_rules(Arm(name="x", engine="vllm", model="m", prompt_len=1)))
     assert set(rules) == {"context_len_unset", "prompt_len_le_1"}

@@ -15,6 +15,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from omni.store import load_runs
 from omni.sweep import prepare_sweep, run_and_store, run_sweep_items
 from omni.vllm_plugin import names
 from omni.vllm_plugin.patch import REGISTRY, RETAINING_MALLOC, apply_patch, selected
@@ -184,6 +185,7 @@ def test_explicit_kv_budget_wins_over_the_env_var_only_with_the_patch(eager_rows
     stock, patched = eager_rows["stock"], eager_rows["kv"]
     assert stock["status"] == patched["status"] == "ok", (stock.get("error"), patched.get("error"))
     assert stock["kv_cache_bytes_effective"] == 1 * GiB, "the bug: the arm's 256 MiB silently lost"
+    assert stock["compile_cache"] is None and patched["compile_cache"] is None  # eager: no graph compiled
     assert patched["kv_cache_bytes_effective"] == 256 * MiB
     assert statuses(patched, "explicit_kv_cache_memory") == {"applied"}
     assert len(report_of(patched)) >= 3, "main, EngineCore and Worker each report"
@@ -220,6 +222,8 @@ def test_warm_compiled_start_loads_its_aot_artifact_only_with_the_patch(tmp_path
     assert "Compiling model again" not in patched
     assert statuses(rows["patched"], "aot_compile_cache_load") == {"applied"}
     assert rows["patched"]["load_s"] < rows["stock"]["load_s"]
+    states = {name: load_runs(tmp_path / name / "results")["compile_cache"].item() for name in rows}
+    assert states == {"cold": "compiled", "stock": "recompiled", "patched": "loaded"}, states  # stored, per run
 
 
 
@@ -237,6 +241,22 @@ def test_memory_freed_while_loading_goes_back_to_the_os_only_with_the_patch(eage
     assert freed >= 50, f"RssAnon after load only {freed:.1f} MB lower with the patch"
     assert statuses(released, "release_memory_after_load") == {"applied"}
     assert "release_memory_after_load" not in {p for proc in report_of(kept) for p in proc["patches"]}
+
+
+def test_compile_cache_state_is_read_from_vllms_own_log_lines():
+    from omni.engines.vllm import compile_cache_state
+
+    # as vLLM 0.32 wrote them in this file's warm-compiled test
+    saved = ("(Worker pid=17825) INFO 12-01 12:30:19 [decorators.py:743] [backbone] saved AOT compiled function to "
+             "/tmp/cache/torch_compile_cache/torch_aot_compile/3ecd44d8/rank_0_0/model")  # fmt: skip
+    loaded = "(Worker pid=9) INFO [decorators.py:320] [backbone] Directly load AOT compilation from path /tmp/cache/x"
+    again = ("(Worker pid=9) WARNING [decorators.py:334] [backbone] Compiling model again due to a load failure from "
+             "/tmp/cache/x, reason: 'function' object has no attribute 'finalize_loading'")  # fmt: skip
+    assert compile_cache_state([saved]) == "compiled"
+    assert compile_cache_state([loaded]) == "loaded"
+    assert compile_cache_state([again, saved]) == "recompiled"
+    assert compile_cache_state([loaded, saved]) == "compiled"  # one graph loaded, another compiled: a compile paid
+    assert compile_cache_state(["INFO init engine took 59.12 s"]) is None  # eager: nothing said
 
 
 def test_when_imported_patches_a_module_only_once_it_loads():

@@ -26,6 +26,31 @@ from omni.engines.protocol import log, mark_phase, serve
 from omni.vllm_plugin.names import QUANT_VAR, REPORT_VAR, SELECT_VAR
 
 
+# What vLLM 0.32 logs (vllm/compilation/decorators.py) when a compiled start
+# gets its graph: from a warm AOT artifact, by compiling (and saving) it, or by
+# compiling again after an artifact failed to load. The artifact's key covers
+# the run's environment, VLLM_CPU_OMP_THREADS_BIND included: a start on other
+# CPUs than the one that compiled finds nothing to load.
+COMPILE_MARKERS = {
+    "recompiled": "Compiling model again due to a load failure",
+    "loaded": "Directly load AOT compilation",
+    "compiled": "saved AOT compiled function",
+}
+
+
+def compile_cache_state(lines) -> str | None:
+    """How a compiled vLLM start got its graph, from its log lines: recompiled
+    (an artifact was there and failed to load), loaded (warm: nothing was
+    compiled), compiled (no artifact to load), or None (no marker: eager
+    mode, AOT compilation off, or another engine)."""
+    seen = {state for line in lines for state, marker in COMPILE_MARKERS.items() if marker in line}
+    if "recompiled" in seen:
+        return "recompiled"
+    if "compiled" in seen:
+        return "compiled"  # loaded as well: one graph loaded, another compiled; the start paid a compile
+    return "loaded" if "loaded" in seen else None
+
+
 def bind_threads(arm: dict) -> None:
     cpus = arm["slot"]["cpus"][: arm["threads_effective"]]
     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", ",".join(map(str, cpus)))
