@@ -21,13 +21,33 @@ def latencies(model, input_len, output_len, batch, max_len, kv_bytes) -> dict:
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
         parser = FlexibleArgumentParser()
         add_cli_args(parser)
-        args = parser.parse_args([
-            "--model", model, "--input-len", str(input_len), "--output-len", str(output_len),
-            "--batch-size", str(batch), "--num-iters-warmup", "2", "--num-iters", "5",
-            "--enforce-eager", "--dtype", "bfloat16", "--max-model-len", str(max_len),
-            "--kv-cache-memory-bytes", str(kv_bytes), "--no-enable-prefix-caching",
-            "--disable-detokenize", "--output-json", out.name,
-        ])  # fmt: skip
+        args = parser.parse_args(
+            [
+                "--model",
+                model,
+                "--input-len",
+                str(input_len),
+                "--output-len",
+                str(output_len),
+                "--batch-size",
+                str(batch),
+                "--num-iters-warmup",
+                "2",
+                "--num-iters",
+                "5",
+                "--enforce-eager",
+                "--dtype",
+                "bfloat16",
+                "--max-model-len",
+                str(max_len),
+                "--kv-cache-memory-bytes",
+                str(kv_bytes),
+                "--no-enable-prefix-caching",
+                "--disable-detokenize",
+                "--output-json",
+                out.name,
+            ]
+        )
         main(args)
         return json.load(open(out.name))
 
@@ -36,5 +56,7 @@ if __name__ == "__main__":
     model, input_len, output_len, batch, max_len, kv_bytes, dest = sys.argv[1:8]
     first = latencies(model, int(input_len), 1, int(batch), int(max_len), int(kv_bytes))
     full = latencies(model, int(input_len), int(output_len), int(batch), int(max_len), int(kv_bytes))
-    json.dump({"latency_1": first["avg_latency"], "latency_n": full["avg_latency"], "latencies_n": full["latencies"]},
-              open(dest, "w"))
+    json.dump(
+        {"latency_1": first["avg_latency"], "latency_n": full["avg_latency"], "latencies_n": full["latencies"]},
+        open(dest, "w"),
+    )

@@ -46,8 +46,13 @@ def spread(values: list[float]) -> str:
 
 def timed_sweep(spec: Path, results: str, env: dict) -> tuple[float, dict]:
     start = time.monotonic()
-    done = subprocess.run([OMNI, "sweep", str(spec), "--results", results, "--force", "--json"], cwd=REPO, env=env,
-                          capture_output=True, text=True)  # fmt: skip
+    done = subprocess.run(
+        [OMNI, "sweep", str(spec), "--results", results, "--force", "--json"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     wall = time.monotonic() - start
     if done.returncode != 0:
         raise SystemExit(f"omni sweep {spec} failed ({done.returncode}): {done.stderr[-3000:]}")
@@ -79,19 +84,33 @@ def main() -> None:
     work = Path(f"/tmp/omni-bench-fleet-{tag}")
     work.mkdir(parents=True)
     # one lock directory for both: the local sweep must not wait on locks the fleet host ignores
-    env = {**os.environ, "PREFECT_API_URL": url, "PREFECT_WORKER_QUERY_SECONDS": "1", "OMNI_LOCK_DIR": str(work / "locks")}
+    env = {
+        **os.environ,
+        "PREFECT_API_URL": url,
+        "PREFECT_WORKER_QUERY_SECONDS": "1",
+        "OMNI_LOCK_DIR": str(work / "locks"),
+    }
     base = yaml.safe_load((REPO / "arms" / "smoke-synthetic.yaml").read_text())
     base["passes"] = args.passes
     specs = {"local": work / "local.yaml", "fleet": work / "fleet.yaml"}
     specs["local"].write_text(yaml.safe_dump(base, sort_keys=False))
     specs["fleet"].write_text(yaml.safe_dump({**base, "hosts": {"names": [host]}}, sort_keys=False))
-    worker = subprocess.Popen([OMNI, "worker", "--host", host, "--lock-dir", str(work / "locks"), "--heartbeat", "5"],
-                              cwd=REPO, env=env, stdout=(work / "worker.log").open("wb"), stderr=subprocess.STDOUT,
-                              start_new_session=True)  # fmt: skip
+    worker = subprocess.Popen(
+        [OMNI, "worker", "--host", host, "--lock-dir", str(work / "locks"), "--heartbeat", "5"],
+        cwd=REPO,
+        env=env,
+        stdout=(work / "worker.log").open("wb"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 120
-        while not any(json.loads(line)["host"] == host and json.loads(line)["alive"] for line in subprocess.run(
-                [OMNI, "hosts", "--json"], cwd=REPO, env=env, capture_output=True, text=True).stdout.splitlines()):
+        while not any(
+            json.loads(line)["host"] == host and json.loads(line)["alive"]
+            for line in subprocess.run(
+                [OMNI, "hosts", "--json"], cwd=REPO, env=env, capture_output=True, text=True
+            ).stdout.splitlines()
+        ):
             if time.monotonic() > deadline or worker.poll() is not None:
                 raise SystemExit((work / "worker.log").read_text()[-3000:])
             time.sleep(1)

@@ -31,8 +31,18 @@ from omni.store import profiled as is_profiled
 from omni.summary import sweep_ops
 from omni.sweep import prepare_sweep, run_and_store
 
-ARM = {"name": "bf16", "engine": "vllm", "model": "tiny-llama", "dtype": "bfloat16", "compile_mode": "eager",
-       "context_len": 192, "prompt_len": 64, "max_tokens": 32, "batch_size": 2, "kv_cache_bytes": 268435456}  # fmt: skip
+ARM = {
+    "name": "bf16",
+    "engine": "vllm",
+    "model": "tiny-llama",
+    "dtype": "bfloat16",
+    "compile_mode": "eager",
+    "context_len": 192,
+    "prompt_len": 64,
+    "max_tokens": 32,
+    "batch_size": 2,
+    "kv_cache_bytes": 268435456,
+}
 
 
 def log_sd(values) -> float:
@@ -52,12 +62,24 @@ def main() -> None:
     results = args.results or work / "results"
     spec = work / "op-noise.yaml"
     arm = {**ARM, "profile": {"steps": 16, "passes": args.passes}}
-    spec.write_text(yaml.safe_dump({"name": "op-noise", "passes": args.passes, "timeout_s": 600, "control": False,
-                                    "busy_threshold_pct": 100, "arms": [arm]}))  # fmt: skip
+    spec.write_text(
+        yaml.safe_dump(
+            {
+                "name": "op-noise",
+                "passes": args.passes,
+                "timeout_s": 600,
+                "control": False,
+                "busy_threshold_pct": 100,
+                "arms": [arm],
+            }
+        )
+    )
     prepared = prepare_sweep(spec, results=results)
     for item in prepared.items:
         row = run_and_store(prepared.context, item)
-        print(f"{'profiled' if item.profiled else 'timed':>8} pass {item.pass_index}: {row['status']} {row.get('error') or ''}")
+        print(
+            f"{'profiled' if item.profiled else 'timed':>8} pass {item.pass_index}: {row['status']} {row.get('error') or ''}"
+        )
     analyze(results, prepared.items[0].sweep_id)
 
 
@@ -75,16 +97,22 @@ def analyze(results: Path, sweep_id: str) -> None:
     weighted = sum(line.noise * line.share for line in chosen) / sum(line.share for line in chosen)
     overheads = profiled["profile_overhead"].dropna().tolist()
     print(f"\nsweep {sweep_id} under {results}")
-    print(f"profiler overhead (traced / untraced decode step, same run): median x{statistics.median(overheads):.2f}, "
-          f"range x{min(overheads):.2f}-x{max(overheads):.2f}, {len(overheads)} runs")
-    print(f"op-level A/A noise, {len(chosen)} ops = {covered:.0%} of the decode step, share-weighted sd of log "
-          f"ms/step between {len(profiled)} profiled runs: {weighted:.1%}")
+    print(
+        f"profiler overhead (traced / untraced decode step, same run): median x{statistics.median(overheads):.2f}, "
+        f"range x{min(overheads):.2f}-x{max(overheads):.2f}, {len(overheads)} runs"
+    )
+    print(
+        f"op-level A/A noise, {len(chosen)} ops = {covered:.0%} of the decode step, share-weighted sd of log "
+        f"ms/step between {len(profiled)} profiled runs: {weighted:.1%}"
+    )
     for line in chosen:
         print(f"  {line.op:<45} {line.ms_per_step:8.3f} ms/step  share {line.share:5.1%}  noise {line.noise:.1%}")
     for metric in ("decode_tok_s", "itl_p50_ms"):
         print(f"end-to-end {metric}: sd of log between {len(timed)} timed runs {log_sd(timed[metric]):.1%}")
-    print(f"wall time of a run: profiled {profiled['wall_s'].median():.1f} s, timed {timed['wall_s'].median():.1f} s "
-          f"(x{profiled['wall_s'].median() / timed['wall_s'].median():.2f})")
+    print(
+        f"wall time of a run: profiled {profiled['wall_s'].median():.1f} s, timed {timed['wall_s'].median():.1f} s "
+        f"(x{profiled['wall_s'].median() / timed['wall_s'].median():.2f})"
+    )
 
 
 if __name__ == "__main__":

@@ -51,8 +51,20 @@ SWEEPS = [400]  # --sweeps
 def template_rows(work: Path) -> list[dict]:
     """The rows of one real synthetic sweep."""
     results = work / "template"
-    subprocess.run([str(REPO / ".venv/bin/omni"), "sweep", str(REPO / "arms/smoke-synthetic.yaml"), "--results",
-                    str(results), "--quiet", "--force"], check=False, capture_output=True, cwd=REPO)  # fmt: skip
+    subprocess.run(
+        [
+            str(REPO / ".venv/bin/omni"),
+            "sweep",
+            str(REPO / "arms/smoke-synthetic.yaml"),
+            "--results",
+            str(results),
+            "--quiet",
+            "--force",
+        ],
+        check=False,
+        capture_output=True,
+        cwd=REPO,
+    )
     rows = store.load_runs(results).to_dict("records")
     if not rows:
         sys.exit("the template sweep stored no rows: run `omni sweep arms/smoke-synthetic.yaml` to see why")
@@ -67,8 +79,14 @@ def fill(results, templates: list[dict], sweeps: int, runs: int, threads: int) -
         sweep_id = f"nightly-{s:04d}"
         for r in range(runs):
             row = dict(templates[r % len(templates)])
-            row.update(run_id=f"{sweep_id}-{r:03d}", sweep_id=sweep_id, sweep_name="nightly", order_index=r,
-                       pass_index=r // len(templates), decode_tok_s=float(500 * np.exp(rng.normal(0, 0.05))))  # fmt: skip
+            row.update(
+                run_id=f"{sweep_id}-{r:03d}",
+                sweep_id=sweep_id,
+                sweep_name="nightly",
+                order_index=r,
+                pass_index=r // len(templates),
+                decode_tok_s=float(500 * np.exp(rng.normal(0, 0.05))),
+            )
             store.write_run(results, row)
 
     with ThreadPoolExecutor(threads) as pool:
@@ -113,12 +131,16 @@ def measure(label: str, results, repeat: int, raw_repeat: int, s3fs_fs=None) -> 
         if stage == "compacted":  # each sweep into its part, as sweeps do when they end
             seconds, parts = timed(lambda: [store.compact_sweep(results, f"nightly-{s:04d}") for s in range(SWEEPS[0])])
             out["compact_s"] = seconds
-            readers["duckdb, compacted parts"] = lambda: duckdb_load(con, f"{prefix}/compacted/*/*.parquet", REGRESSION_COLUMNS)
+            readers["duckdb, compacted parts"] = lambda: duckdb_load(
+                con, f"{prefix}/compacted/*/*.parquet", REGRESSION_COLUMNS
+            )
         if stage == "consolidated":  # omni compact: the 400 loose parts into one file
             seconds, merged = timed(lambda: store.consolidate(results, at=1))
             out["consolidate_s"] = seconds
             readers.pop("duckdb, run files", None)
-            readers["duckdb, consolidated"] = lambda: duckdb_load(con, f"{prefix}/consolidated/*.parquet", REGRESSION_COLUMNS)
+            readers["duckdb, consolidated"] = lambda: duckdb_load(
+                con, f"{prefix}/consolidated/*.parquet", REGRESSION_COLUMNS
+            )
         for _ in range(raw_repeat if stage == "raw" else repeat):
             for name, reader in readers.items():
                 seconds, frame = timed(reader)
@@ -144,9 +166,9 @@ def write_read_1000(local: Path, s3, templates: list[dict], repeat: int) -> dict
     for i in range(repeat):
         targets = [("local", local / f"wr{i}")] + ([("s3", s3 / f"wr{i}")] if s3 is not None else [])
         for label, base in targets:
-            seconds, _ = timed(lambda: fill(base, templates, 20, 50, threads=1))
+            seconds, _ = timed(lambda base=base: fill(base, templates, 20, 50, threads=1))
             out.setdefault(f"{label} write", []).append(seconds)
-            seconds, frame = timed(lambda: store.load_runs(base))
+            seconds, frame = timed(lambda base=base: store.load_runs(base))
             assert len(frame) == 1000
             out.setdefault(f"{label} read", []).append(seconds)
     print("\n1,000 run files, written one by one and read back:")
@@ -182,22 +204,37 @@ def main() -> None:
             print(f"s3 fill ({s3}): {seconds:.1f} s")
             import s3fs
 
-            figures["s3"] = measure(f"s3 ({s3.settings.endpoint_url})", s3, args.repeat, 1,
-                                    s3fs.S3FileSystem(**s3.settings.storage_options()))  # fmt: skip
+            figures["s3"] = measure(
+                f"s3 ({s3.settings.endpoint_url})",
+                s3,
+                args.repeat,
+                1,
+                s3fs.S3FileSystem(**s3.settings.storage_options()),
+            )
         figures["write_read_1000"] = write_read_1000(work, s3, templates, args.raw_repeat)
         print("\nratios (per repetition, median [min-max]):")
-        same = {"raw": "duckdb, run files", "compacted": "duckdb, compacted parts", "consolidated": "duckdb, consolidated"}
+        same = {
+            "raw": "duckdb, run files",
+            "compacted": "duckdb, compacted parts",
+            "consolidated": "duckdb, consolidated",
+        }
         for where in ("local", "s3"):
             if where not in figures:
                 continue
             f = figures[where]
             for stage, duck in same.items():
                 if duck in f[stage]:
-                    print(f"  {where} {stage}: regressions load / duckdb on the same files {ratio(f[stage]['omni regressions load'], f[stage][duck])}")
-            print(f"  {where}: consolidated / raw regressions load {ratio(f['consolidated']['omni regressions load'], f['raw']['omni regressions load'])}")
+                    print(
+                        f"  {where} {stage}: regressions load / duckdb on the same files {ratio(f[stage]['omni regressions load'], f[stage][duck])}"
+                    )
+            print(
+                f"  {where}: consolidated / raw regressions load {ratio(f['consolidated']['omni regressions load'], f['raw']['omni regressions load'])}"
+            )
         if "s3" in figures:
-            print(f"  s3 / local, consolidated regressions load "
-                  f"{ratio(figures['s3']['consolidated']['omni regressions load'], figures['local']['consolidated']['omni regressions load'])}")
+            print(
+                f"  s3 / local, consolidated regressions load "
+                f"{ratio(figures['s3']['consolidated']['omni regressions load'], figures['local']['consolidated']['omni regressions load'])}"
+            )
         if args.json:
             args.json.write_text(json.dumps(figures, indent=1, default=str))
         if isinstance(s3, S3Path):

@@ -39,13 +39,26 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="omni-makespan-"))
     root = xeon_8480c_2s(work / "sysfs")
     arms = [
-        {"name": f"a{i}", "engine": "synthetic", "prompt_len": 16, "max_tokens": 8,
-         "params": {"load_s": 1.0 + 0.5 * (i % 4), "mem_mb": 16, "work_per_token": 0, "hold_s": 0.2}}
+        {
+            "name": f"a{i}",
+            "engine": "synthetic",
+            "prompt_len": 16,
+            "max_tokens": 8,
+            "params": {"load_s": 1.0 + 0.5 * (i % 4), "mem_mb": 16, "work_per_token": 0, "hold_s": 0.2},
+        }
         for i in range(args.arms)
-    ]  # fmt: skip
+    ]
     spec = work / "makespan.yaml"
-    data = {"name": "makespan", "passes": args.passes, "seed": 5, "timeout_s": 120, "busy_threshold_pct": 100,
-            "slots": {"cores": 28, "count": args.slots}, "control": False, "arms": arms}  # fmt: skip
+    data = {
+        "name": "makespan",
+        "passes": args.passes,
+        "seed": 5,
+        "timeout_s": 120,
+        "busy_threshold_pct": 100,
+        "slots": {"cores": 28, "count": args.slots},
+        "control": False,
+        "arms": arms,
+    }
     spec.write_text(yaml.safe_dump(json.loads(json.dumps(data))))
     state = sweep(spec=str(spec), results=str(work / "results"), sysfs_root=str(root), return_state=True)
     summary = state.result(raise_on_failure=False)
@@ -57,8 +70,10 @@ def main() -> None:
     ideal = walls.sum() / args.slots
     bound = 1.05 * ideal + 2.0
     print(f"{len(rows)} runs on {args.slots} slots: total run time {walls.sum():.1f} s, ideal {ideal:.2f} s")
-    print(f"makespan {makespan:.2f} s = {makespan / ideal:.3f} x ideal (bound 1.05 x ideal + 2 s = {bound:.2f} s): "
-          f"{'within' if makespan <= bound else 'OVER'}")  # fmt: skip
+    print(
+        f"makespan {makespan:.2f} s = {makespan / ideal:.3f} x ideal (bound 1.05 x ideal + 2 s = {bound:.2f} s): "
+        f"{'within' if makespan <= bound else 'OVER'}"
+    )
 
 
 if __name__ == "__main__":

@@ -44,13 +44,19 @@ def generate(results: Path, rows: int, files: int = 100) -> None:
         decode = 500 * np.exp(rng.normal(0, 0.1, per_file)) * np.where(arm == "d", 0.8, 1.0)
         status = np.where(rng.random(per_file) < 0.02, "failed", "ok")
         data = {
-            "run_id": [f"{f:03d}{i:08d}" for i in range(per_file)], "sweep_id": [sweep] * per_file,
-            "arm": arm, "status": status, "decode_tok_s": np.where(status == "ok", decode, np.nan),
+            "run_id": [f"{f:03d}{i:08d}" for i in range(per_file)],
+            "sweep_id": [sweep] * per_file,
+            "arm": arm,
+            "status": status,
+            "decode_tok_s": np.where(status == "ok", decode, np.nan),
             "schema_version": np.full(per_file, full.field("schema_version").type.to_pandas_dtype()(2)),
-        }  # fmt: skip
+        }
         # every registry column, as the store writes them; the ones not set here are null
         table = pa.Table.from_arrays(
-            [pa.array(data[f.name], f.type, from_pandas=True) if f.name in data else pa.nulls(per_file, f.type) for f in full],
+            [
+                pa.array(data[f.name], f.type, from_pandas=True) if f.name in data else pa.nulls(per_file, f.type)
+                for f in full
+            ],
             schema=full,
         )
         folder = results / "runs" / f"sweep={sweep}"
@@ -105,8 +111,10 @@ def main() -> None:
     for col in ("n", "median", "mad", "min", "max"):
         np.testing.assert_allclose(ours[col].to_numpy(float), theirs[col].to_numpy(float), rtol=1e-9)
     ratio = best["omni"] / best["duckdb"]
-    print(f"load + summarize, best of 5: omni {best['omni']:.3f} s, DuckDB {best['duckdb']:.3f} s, "
-          f"ratio {ratio:.2f} (targets: <= 2 s, <= 1.5 x DuckDB): answers equal over {len(ours)} groups")  # fmt: skip
+    print(
+        f"load + summarize, best of 5: omni {best['omni']:.3f} s, DuckDB {best['duckdb']:.3f} s, "
+        f"ratio {ratio:.2f} (targets: <= 2 s, <= 1.5 x DuckDB): answers equal over {len(ours)} groups"
+    )
 
 
 if __name__ == "__main__":

@@ -35,10 +35,20 @@ INPUT_LEN, OUTPUT_LEN, BATCH, MAX_LEN, KV_BYTES = 128, 64, 4, 192, 268435456
 
 
 def omni_arm_spec(directory: Path, passes: int) -> Path:
-    arm = {"name": "omni-vllm", "engine": "vllm", "model": "tiny-llama", "dtype": "bfloat16", "compile_mode": "eager",
-           "context_len": MAX_LEN, "prompt_len": INPUT_LEN, "max_tokens": OUTPUT_LEN, "batch_size": BATCH,
-           "kv_cache_bytes": KV_BYTES, "patches": "none",  # stock vLLM on both sides
-           "params": {"warmup": 2, "iterations": 5}}  # fmt: skip
+    arm = {
+        "name": "omni-vllm",
+        "engine": "vllm",
+        "model": "tiny-llama",
+        "dtype": "bfloat16",
+        "compile_mode": "eager",
+        "context_len": MAX_LEN,
+        "prompt_len": INPUT_LEN,
+        "max_tokens": OUTPUT_LEN,
+        "batch_size": BATCH,
+        "kv_cache_bytes": KV_BYTES,
+        "patches": "none",  # stock vLLM on both sides
+        "params": {"warmup": 2, "iterations": 5},
+    }
     path = directory / "omni-vllm.yaml"
     path.write_text(yaml.safe_dump({"name": "bench-vs-omni", "passes": passes, "timeout_s": 600, "arms": [arm]}))
     return path
@@ -47,10 +57,23 @@ def omni_arm_spec(directory: Path, passes: int) -> Path:
 def bench_latency(slot, python: str, model: str, out: Path) -> list[float]:
     """One engine start of ``vllm bench latency``: its 5 timed e2e latencies (s)."""
     probe = REPO_ROOT / "benchmarks" / "bench_latency_probe.py"
-    argv = [python, str(probe), model, str(INPUT_LEN), str(OUTPUT_LEN), str(BATCH), str(MAX_LEN), str(KV_BYTES), str(out)]
+    argv = [
+        python,
+        str(probe),
+        model,
+        str(INPUT_LEN),
+        str(OUTPUT_LEN),
+        str(BATCH),
+        str(MAX_LEN),
+        str(KV_BYTES),
+        str(out),
+    ]
     argv, _ = pin_argv(slot, argv, numactl_path())
-    env = {**__import__("os").environ, "VLLM_CPU_OMP_THREADS_BIND": ",".join(map(str, slot.cpus)),
-           "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}  # fmt: skip
+    env = {
+        **__import__("os").environ,
+        "VLLM_CPU_OMP_THREADS_BIND": ",".join(map(str, slot.cpus)),
+        "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
+    }
     subprocess.run(argv, check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return json.loads(out.read_text())["latencies_n"]
 
@@ -71,8 +94,10 @@ def report(name: str, starts: list[list[float]]) -> float:
     median = statistics.median(every)
     within = statistics.median(spread(s) for s in starts)
     between = spread([statistics.median(s) for s in starts])
-    print(f"{name:<28} {len(starts)} starts x {len(starts[0])} iterations: median e2e {median * 1000:.1f} ms, "
-          f"spread within a start {within:.1%}, between starts {between:.1%}")
+    print(
+        f"{name:<28} {len(starts)} starts x {len(starts[0])} iterations: median e2e {median * 1000:.1f} ms, "
+        f"spread within a start {within:.1%}, between starts {between:.1%}"
+    )
     return median
 
 
@@ -94,9 +119,14 @@ def main() -> None:
                 if row["status"] != "ok":
                     raise SystemExit(f"omni run failed: {row['error']}")
                 omni.append(omni_latencies(work / "results", item.run_id))
-        print(f"start {index}: vllm bench {[round(v * 1000, 1) for v in bench[-1]]} ms, "
-              f"omni {[round(v * 1000, 1) for v in omni[-1]]} ms", flush=True)
-    print(f"cores {format_cpulist(slot.cpus)}, tiny-llama, input {INPUT_LEN}, output {OUTPUT_LEN}, batch {BATCH}, eager, bf16")
+        print(
+            f"start {index}: vllm bench {[round(v * 1000, 1) for v in bench[-1]]} ms, "
+            f"omni {[round(v * 1000, 1) for v in omni[-1]]} ms",
+            flush=True,
+        )
+    print(
+        f"cores {format_cpulist(slot.cpus)}, tiny-llama, input {INPUT_LEN}, output {OUTPUT_LEN}, batch {BATCH}, eager, bf16"
+    )
     b = report("vllm bench latency", bench)
     o = report("omni vllm arm (stepped)", omni)
     noise = max(spread([statistics.median(s) for s in bench]), spread([statistics.median(s) for s in omni]))

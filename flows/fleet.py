@@ -54,12 +54,23 @@ def sweep_shard(
             f"--host {host} may poll work queue {queue_name(host)}"
         )
     prepared = prepare_sweep(
-        None, resume=sweep_id, results=results, force=force, sysfs_root=os.environ.get(SYSFS_VAR, "/"),
-        busy_wait=busy_wait, shard=Shard(plan_host or host, tuple(run_ids)),
-    )  # fmt: skip
+        None,
+        resume=sweep_id,
+        results=results,
+        force=force,
+        sysfs_root=os.environ.get(SYSFS_VAR, "/"),
+        busy_wait=busy_wait,
+        shard=Shard(plan_host or host, tuple(run_ids)),
+    )
     log = get_run_logger()
-    log.info("host %s: %d of %d run(s) of sweep %s to go on %s", host, len(prepared.items), len(run_ids), sweep_id,
-             "; ".join(s.describe() for s in prepared.slots))  # fmt: skip
+    log.info(
+        "host %s: %d of %d run(s) of sweep %s to go on %s",
+        host,
+        len(prepared.items),
+        len(run_ids),
+        sweep_id,
+        "; ".join(s.describe() for s in prepared.slots),
+    )
     outcomes = run_items(prepared)
     failed = [o for o in outcomes if o["status"] not in ("ok", SKIPPED)]
     if failed:
@@ -67,7 +78,9 @@ def sweep_shard(
     return Completed(message=f"host {host}: {len(outcomes)} run(s) ok")
 
 
-def run_fleet(prepared: PreparedSweep, results: str, force: bool, busy_wait: float | None) -> tuple[list[dict], list[str]]:
+def run_fleet(
+    prepared: PreparedSweep, results: str, force: bool, busy_wait: float | None
+) -> tuple[list[dict], list[str]]:
     """Send every part to its host, wait for all of them; each run's outcome
     (from the stored rows) and one line per part that did not end Completed."""
     from prefect.deployments import run_deployment
@@ -78,19 +91,26 @@ def run_fleet(prepared: PreparedSweep, results: str, force: bool, busy_wait: flo
     for shard in prepared.fleet["shards"]:
         run = run_deployment(
             SHARD_DEPLOYMENT,
-            parameters={"sweep_id": prepared.sweep_id, "results": str(results), "host": shard["host"],
-                        "run_ids": shard["run_ids"], "plan_host": shard["plan_host"], "force": force,
-                        "busy_wait": busy_wait},
+            parameters={
+                "sweep_id": prepared.sweep_id,
+                "results": str(results),
+                "host": shard["host"],
+                "run_ids": shard["run_ids"],
+                "plan_host": shard["plan_host"],
+                "force": force,
+                "busy_wait": busy_wait,
+            },
             work_queue_name=queue_name(shard["host"]),
             # a retried coordinator finds the part it already sent instead of sending it again
             idempotency_key=f"{me}:{shard['host']}:{shard['plan_host']}",
             flow_run_name=f"{prepared.sweep_id}@{shard['host']}",
             timeout=0,
-        )  # fmt: skip
+        )
         launched.append((shard, run.id))
         log.info("host %s: %d run(s) sent as flow run %s", shard["host"], len(shard["run_ids"]), run.id)
     budget = SLACK_S + max((len(s["run_ids"]) for s in prepared.fleet["shards"]), default=0) * (
-        prepared.context.timeout_s + prepared.context.busy_wait_s)
+        prepared.context.timeout_s + prepared.context.busy_wait_s
+    )
     ended = wait_for_parts(launched, budget)
     return outcomes_of(prepared, results, launched, ended)
 
@@ -144,18 +164,36 @@ def outcomes_of(
         kind, message = ended[run_id]
         missing = [r for r in shard["run_ids"] if r not in stored]
         if kind != "COMPLETED":
-            lines.append(f"host {shard['host']}: its part ended {kind}: {message}; {len(missing)} of its "
-                         f"{len(shard['run_ids'])} run(s) not stored. `omni sweep --resume {prepared.sweep_id}` runs "
-                         f"exactly those once the host is back (or --replace-host {shard['host']}=OTHER)")  # fmt: skip
+            lines.append(
+                f"host {shard['host']}: its part ended {kind}: {message}; {len(missing)} of its "
+                f"{len(shard['run_ids'])} run(s) not stored. `omni sweep --resume {prepared.sweep_id}` runs "
+                f"exactly those once the host is back (or --replace-host {shard['host']}=OTHER)"
+            )
         for rid in shard["run_ids"]:
             if rid in stored:
                 row = stored[rid]
-                outcomes.append({"run_id": rid, "arm": row["arm"], "pass_index": int(row["pass_index"]),
-                                 "slot_index": None if row["slot_index"] is None else int(row["slot_index"]),
-                                 "status": row["status"], "error": row["error"], "host": row["host"]})  # fmt: skip
+                outcomes.append(
+                    {
+                        "run_id": rid,
+                        "arm": row["arm"],
+                        "pass_index": int(row["pass_index"]),
+                        "slot_index": None if row["slot_index"] is None else int(row["slot_index"]),
+                        "status": row["status"],
+                        "error": row["error"],
+                        "host": row["host"],
+                    }
+                )
             else:
                 item = items[rid]
-                outcomes.append({"run_id": rid, "arm": item.arm.name, "pass_index": item.pass_index, "slot_index": None,
-                                 "status": "not stored", "host": shard["host"],
-                                 "error": f"host {shard['host']}: {message or kind}"})  # fmt: skip
+                outcomes.append(
+                    {
+                        "run_id": rid,
+                        "arm": item.arm.name,
+                        "pass_index": item.pass_index,
+                        "slot_index": None,
+                        "status": "not stored",
+                        "host": shard["host"],
+                        "error": f"host {shard['host']}: {message or kind}",
+                    }
+                )
     return outcomes, lines

@@ -24,9 +24,7 @@ def build_deployments(path: Path = PREFECT_YAML) -> list:
     for entry in yaml.safe_load(path.read_text())["deployments"]:
         if entry["entrypoint"] != "flows/sweep.py:sweep":
             continue  # a fleet's shards are routed to host queues, which only a work pool has
-        schedules = [
-            Schedule(cron=s["cron"], timezone=s.get("timezone", "UTC")) for s in entry.get("schedules") or []
-        ]
+        schedules = [Schedule(cron=s["cron"], timezone=s.get("timezone", "UTC")) for s in entry.get("schedules") or []]
         deployments.append(
             sweep.to_deployment(
                 name=entry["name"],
@@ -40,4 +38,3 @@ def build_deployments(path: Path = PREFECT_YAML) -> list:
 
 def serve_deployments() -> None:
     serve(*build_deployments())
-

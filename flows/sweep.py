@@ -27,8 +27,16 @@ from omni.runner import RUNS, PlanItem, RunContext
 from omni.schedule import dispatch
 from omni.store import CONSOLIDATE_AT, compact_sweep, consolidate
 from omni.summary import Change, nightly_changes, summarize_sweep, sweep_history
-from omni.sweep import (SKIPPED, format_table, item_outcome, prepare_sweep, run_and_store, sweep_table, take_over,
-                        write_manifest)
+from omni.sweep import (
+    SKIPPED,
+    format_table,
+    item_outcome,
+    prepare_sweep,
+    run_and_store,
+    sweep_table,
+    take_over,
+    write_manifest,
+)
 
 OUTCOME_KEYS = ("run_id", "arm", "pass_index", "slot_index", "status", "error")
 
@@ -91,9 +99,14 @@ def watch_worker() -> None:
     if not os.environ.get("PREFECT__FLOW_RUN_ID"):
         return
     log = get_run_logger()
-    watch_parent(lambda ppid: log.error(
-        "the worker that started this flow run (pid %d) is gone: stopping its runs (SIGTERM to this process, pid %d); "
-        "this flow run ends Crashed, --resume runs what it did not store", ppid, os.getpid()))  # fmt: skip
+    watch_parent(
+        lambda ppid: log.error(
+            "the worker that started this flow run (pid %d) is gone: stopping its runs (SIGTERM to this process, pid %d); "
+            "this flow run ends Crashed, --resume runs what it did not store",
+            ppid,
+            os.getpid(),
+        )
+    )
 
 
 def failure_summary(failed: list[dict], total: int) -> str:
@@ -120,11 +133,16 @@ def publish_artifacts(sweep_id: str, results: str, outcomes: list[dict], failed:
     create_markdown_artifact("\n".join(text), key=f"summary-{key}", description=f"summary of {sweep_id}")
     create_link_artifact(paths["html"].resolve().as_uri(), link_text=f"HTML report of {sweep_id}", key=f"report-{key}")
     verdicts = [
-        {"arm": arm, "metric": metric, "verdict": j.refused or (j.comparison.verdict if j.comparison else "-"),
-         "ratio": j.comparison.ratio if j.comparison else None,
-         "ci_low": j.comparison.ci_low if j.comparison else None, "ci_high": j.comparison.ci_high if j.comparison else None}
+        {
+            "arm": arm,
+            "metric": metric,
+            "verdict": j.refused or (j.comparison.verdict if j.comparison else "-"),
+            "ratio": j.comparison.ratio if j.comparison else None,
+            "ci_low": j.comparison.ci_low if j.comparison else None,
+            "ci_high": j.comparison.ci_high if j.comparison else None,
+        }
         for (arm, metric), j in summary.judged.items()
-    ]  # fmt: skip
+    ]
     if verdicts:
         create_table_artifact(verdicts, key=f"verdicts-{key}", description=f"arms against {summary.baseline}")
     create_table_artifact(outcomes, key=f"runs-{key}", description=f"every run of {sweep_id}")
@@ -158,16 +176,31 @@ def newest_regressions(results: str, sweep_name: str, sweep_id: str) -> list[Cha
 
 def regression_summary(regressions: list[Change]) -> str:
     lines = [f"{len(regressions)} regression(s) against the earlier sweeps of this spec:"]
-    lines += [f"- {c.arm} {c.metric}: x{c.ratio:.3f} [{c.ci_low:.3f}, {c.ci_high:.3f}] of the history; "
-              f"runs {', '.join(c.run_ids)}; history runs {', '.join(c.history_run_ids)}" for c in regressions]  # fmt: skip
+    lines += [
+        f"- {c.arm} {c.metric}: x{c.ratio:.3f} [{c.ci_low:.3f}, {c.ci_high:.3f}] of the history; "
+        f"runs {', '.join(c.run_ids)}; history runs {', '.join(c.history_run_ids)}"
+        for c in regressions
+    ]
     return "\n".join(lines)
 
 
 def publish_regressions(sweep_id: str, regressions: list[Change]) -> None:
     key = "".join(c if c.isalnum() else "-" for c in sweep_id.lower())
-    rows = [{"arm": c.arm, "metric": c.metric, "ratio": c.ratio, "ci_low": c.ci_low, "ci_high": c.ci_high,
-             "median": c.median, "history_median": c.history_median, "drift": c.drift, "run_ids": ", ".join(c.run_ids),
-             "history_run_ids": ", ".join(c.history_run_ids)} for c in regressions]  # fmt: skip
+    rows = [
+        {
+            "arm": c.arm,
+            "metric": c.metric,
+            "ratio": c.ratio,
+            "ci_low": c.ci_low,
+            "ci_high": c.ci_high,
+            "median": c.median,
+            "history_median": c.history_median,
+            "drift": c.drift,
+            "run_ids": ", ".join(c.run_ids),
+            "history_run_ids": ", ".join(c.history_run_ids),
+        }
+        for c in regressions
+    ]
     create_table_artifact(rows, key=f"regressions-{key}", description=f"regressions of {sweep_id}")
 
 
@@ -205,14 +238,25 @@ def sweep(
     watch_worker()
     override = SlotOverride(tuple(cores or ()), node, straddle)
     prepared = take_over(sweep_id, force=force, results=results, busy_wait=busy_wait) or prepare_sweep(
-        spec, passes=passes, results=results, force=force, sweep_id=sweep_id, resume=resume, sysfs_root=sysfs_root,
-        slots_override=override or None, busy_wait=busy_wait, force_hosts=force_hosts,
+        spec,
+        passes=passes,
+        results=results,
+        force=force,
+        sweep_id=sweep_id,
+        resume=resume,
+        sysfs_root=sysfs_root,
+        slots_override=override or None,
+        busy_wait=busy_wait,
+        force_hosts=force_hosts,
         replace_hosts=parse_replacements(replace_hosts),
-    )  # fmt: skip
+    )
     log = get_run_logger()
     write_manifest(prepared)
-    where = (f"hosts {', '.join(prepared.fleet['hosts'])} ({prepared.fleet['mode']})" if prepared.fleet else
-             f"{len(prepared.slots)} slot(s): " + "; ".join(s.describe() for s in prepared.slots))  # fmt: skip
+    where = (
+        f"hosts {', '.join(prepared.fleet['hosts'])} ({prepared.fleet['mode']})"
+        if prepared.fleet
+        else f"{len(prepared.slots)} slot(s): " + "; ".join(s.describe() for s in prepared.slots)
+    )
     log.info("sweep %s: %d of %d run(s) to go on %s", prepared.sweep_id, len(prepared.items), prepared.planned, where)
     if prepared.fleet:
         from flows.fleet import run_fleet
@@ -226,15 +270,26 @@ def sweep(
     # the per-arm table is in the artifacts and results/summaries; omni sweep prints it once
     log.info("sweep %s: %d run(s), %d not ok", prepared.sweep_id, len(outcomes), len(failed))
     publish_artifacts(prepared.sweep_id, results, outcomes, failed)
-    regressions = newest_regressions(results, prepared.loaded.sweep.name, prepared.sweep_id) if fail_on_regression else []
-    summary = {"sweep_id": prepared.sweep_id, "runs": outcomes, "failed": failed, "table": table,
-               "regressions": [asdict(c) for c in regressions], "lost": lost}  # fmt: skip
+    regressions = (
+        newest_regressions(results, prepared.loaded.sweep.name, prepared.sweep_id) if fail_on_regression else []
+    )
+    summary = {
+        "sweep_id": prepared.sweep_id,
+        "runs": outcomes,
+        "failed": failed,
+        "table": table,
+        "regressions": [asdict(c) for c in regressions],
+        "lost": lost,
+    }
     if regressions:
         publish_regressions(prepared.sweep_id, regressions)
         log.warning("%s", regression_summary(regressions))
     if failed or regressions:
-        parts = lost + ([failure_summary(failed, len(outcomes))] if failed else []) + (
-            [regression_summary(regressions)] if regressions else [])  # fmt: skip
+        parts = (
+            lost
+            + ([failure_summary(failed, len(outcomes))] if failed else [])
+            + ([regression_summary(regressions)] if regressions else [])
+        )
         return Failed(message="\n".join(parts), data=summary)
     skipped = sum(o["status"] == SKIPPED for o in outcomes)
     taken = f", {skipped} skipped (another process ran them)" if skipped else ""

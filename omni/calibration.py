@@ -23,7 +23,7 @@ import hashlib
 import json
 import socket
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -58,8 +58,14 @@ def measure(frame: pd.DataFrame, metrics: list[str]) -> dict[str, dict]:
     frame = frame.assign(workload=[workload_of(a) for a in frame["arm_json"]])
     out = {}
     for workload, rows in frame.groupby("workload", sort=True):
-        entry = {"arms": sorted(set(rows["arm"])), "engine": str(rows["engine"].iloc[0]) if "engine" in rows else None,
-                 "sweeps": sorted(set(rows["sweep_id"])), "runs": int(len(rows)), "noise": {}, "drift": {}}  # fmt: skip
+        entry = {
+            "arms": sorted(set(rows["arm"])),
+            "engine": str(rows["engine"].iloc[0]) if "engine" in rows else None,
+            "sweeps": sorted(set(rows["sweep_id"])),
+            "runs": int(len(rows)),
+            "noise": {},
+            "drift": {},
+        }
         for metric in metrics:
             valid = rows[rows[metric].notna() & (rows[metric] > 0)] if metric in rows else rows.iloc[0:0]
             samples = [g[metric].to_numpy(dtype=float) for _, g in valid.groupby(["sweep_id", "arm"])]
@@ -83,8 +89,13 @@ def write_calibration(results: Path, frame: pd.DataFrame, metrics: list[str]) ->
         raise OmniError("no workload ran twice in one sweep: calibration needs passes >= 2 (3 or more is better)")
     host = str(frame["host"].dropna().iloc[0]) if frame["host"].notna().any() else socket.gethostname()
     sweeps = sorted(set(frame["sweep_id"]))
-    now = datetime.now(timezone.utc)
-    record = {"host": host, "sweeps": sweeps, "calibrated_at": now.isoformat(timespec="seconds"), "workloads": workloads}
+    now = datetime.now(UTC)
+    record = {
+        "host": host,
+        "sweeps": sweeps,
+        "calibrated_at": now.isoformat(timespec="seconds"),
+        "workloads": workloads,
+    }
     path = calibrations_dir(results, host) / f"{now:%Y%m%dT%H%M%S}-{sweeps[-1]}.json"
     write_text_once(path, json.dumps(record, indent=1, sort_keys=True) + "\n")
     return path
@@ -97,7 +108,9 @@ def load_calibrations(results: Path, host: str | None) -> list[tuple[Path, dict]
         try:
             record = json.loads(path.read_text())
         except (OSError, ValueError) as err:
-            raise OmniError(f"calibration {path} cannot be read ({err}); move it aside or rerun omni calibrate")
+            raise OmniError(
+                f"calibration {path} cannot be read ({err}); move it aside or rerun omni calibrate"
+            ) from err
         if "workloads" in record:  # older host-wide records (one floor per metric) do not apply to workloads
             records.append((path, record))
     return records
@@ -126,8 +139,11 @@ def applied(records: list[tuple[Path, dict]], workload: str) -> Applied:
     for path, record in records:
         entry = record["workloads"].get(workload)
         if entry:
-            return Applied(entry.get("noise", {}), entry.get("drift", {}),
-                           f"calibration {path.name} (sweeps {', '.join(record['sweeps'])})")  # fmt: skip
+            return Applied(
+                entry.get("noise", {}),
+                entry.get("drift", {}),
+                f"calibration {path.name} (sweeps {', '.join(record['sweeps'])})",
+            )
     return NONE
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 import sys
 import threading
+from datetime import UTC
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.console import Console
@@ -43,14 +43,17 @@ def infrastructure_problem(error: BaseException) -> str | None:
         text = f"{type(link).__module__}.{type(link).__name__}: {link}"
         if "httpx" in text or "ephemeral Prefect API" in text or "PrefectHTTPStatusError" in text:
             api = os.environ.get("PREFECT_API_URL") or "Prefect's ephemeral server"
-            return (f"cannot reach the Prefect API ({api}): {str(link).splitlines()[0][:200]}. Start the server "
-                    "(omni stack up) or unset PREFECT_API_URL to run without one; on a slow machine raise "
-                    "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS")  # fmt: skip
+            return (
+                f"cannot reach the Prefect API ({api}): {str(link).splitlines()[0][:200]}. Start the server "
+                "(omni stack up) or unset PREFECT_API_URL to run without one; on a slow machine raise "
+                "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"
+            )
     return None
 
 
 # a directory, or s3://bucket/prefix on an object store (omni.objstore)
 RESULTS_OPT = typer.Option("results", help="results: a directory or s3://BUCKET/PREFIX")
+
 
 @app.command()
 def validate(spec: Path = typer.Argument(..., help="sweep spec, YAML or JSON")) -> None:
@@ -132,7 +135,9 @@ def with_progress(prepared, show: bool, call) -> dict:
 
     BOARD.reset()
     done = threading.Event()
-    watcher = threading.Thread(target=watch_progress, args=(len(prepared.items), len(prepared.slots), done), daemon=True)
+    watcher = threading.Thread(
+        target=watch_progress, args=(len(prepared.items), len(prepared.slots), done), daemon=True
+    )
     if show:
         watcher.start()
     try:
@@ -155,27 +160,32 @@ def print_verdicts(sweep_id: str, results: str) -> None:
 
 @app.command()
 def sweep(
-    spec: Optional[Path] = typer.Argument(None, help="sweep spec, YAML or JSON (optional with --resume)"),
-    passes: Optional[int] = typer.Option(None, min=1, help="override the spec's passes"),
+    spec: Path | None = typer.Argument(None, help="sweep spec, YAML or JSON (optional with --resume)"),
+    passes: int | None = typer.Option(None, min=1, help="override the spec's passes"),
     results: str = RESULTS_OPT,
-    resume: Optional[str] = typer.Option(None, help="SWEEP_ID: run only that sweep's runs not stored yet"),
+    resume: str | None = typer.Option(None, help="SWEEP_ID: run only that sweep's runs not stored yet"),
     dry_run: bool = typer.Option(False, "--dry-run", help="print the plan (commands, placements) and run nothing"),
     force: bool = typer.Option(False, "--force", help="run even when the slot's cores are busy (recorded)"),
     sysfs_root: Path = typer.Option(
         Path("/"), help="read the topology under this root (a fixture of another host): placement planned, not applied"
     ),
-    cores: Optional[list[str]] = typer.Option(
+    cores: list[str] | None = typer.Option(
         None, "--cores", help="CPU list of one slot, e.g. 56-79 (repeat for more slots): replaces the spec's slots"
     ),
-    node: Optional[int] = typer.Option(None, "--node", min=0, help="put the spec's slots on this NUMA node"),
+    node: int | None = typer.Option(None, "--node", min=0, help="put the spec's slots on this NUMA node"),
     straddle: bool = typer.Option(False, "--straddle", help="allow a --cores list across nodes (memory bound to all)"),
-    busy_wait: Optional[float] = typer.Option(
-        None, "--busy-wait", min=0, help="seconds a run waits for busy slot cores before it is refused (spec: busy_wait_s)"
+    busy_wait: float | None = typer.Option(
+        None,
+        "--busy-wait",
+        min=0,
+        help="seconds a run waits for busy slot cores before it is refused (spec: busy_wait_s)",
     ),
     quiet: bool = typer.Option(False, "--quiet", help="no live progress and no tables: the rows' path and failures"),
-    as_json: bool = typer.Option(False, "--json", help="print one JSON object (sweep, runs, statuses) and nothing else"),
+    as_json: bool = typer.Option(
+        False, "--json", help="print one JSON object (sweep, runs, statuses) and nothing else"
+    ),
     force_hosts: bool = typer.Option(False, "--force-hosts", help="fleet: split over hosts that differ (recorded)"),
-    replace_host: Optional[list[str]] = typer.Option(
+    replace_host: list[str] | None = typer.Option(
         None, "--replace-host", help="fleet, with --resume: OLD=NEW runs host OLD's missing runs on host NEW"
     ),
 ) -> None:
@@ -191,10 +201,18 @@ def sweep(
     from omni.fleet import parse_replacements
 
     prepared = prepare_sweep(
-        spec, passes=passes, results=results, force=force, resume=resume, sysfs_root=sysfs_root, build=not dry_run,
-        slots_override=override or None, busy_wait=busy_wait, force_hosts=force_hosts,
+        spec,
+        passes=passes,
+        results=results,
+        force=force,
+        resume=resume,
+        sysfs_root=sysfs_root,
+        build=not dry_run,
+        slots_override=override or None,
+        busy_wait=busy_wait,
+        force_hosts=force_hosts,
         replace_hosts=parse_replacements(replace_host),
-    )  # fmt: skip
+    )
     if dry_run:
         print_fleet_plan(prepared) if prepared.fleet else print_plan(prepared, results)
         return
@@ -214,15 +232,30 @@ def sweep(
 
     hand_over(prepared)  # the flow, in this process, runs it as prepared
     with session_guard():
-        run_sweep_flow(sweep_flow, prepared, spec, resume, passes, results, force, sysfs_root, override, busy_wait,
-                       mode="json" if as_json else "quiet" if quiet else "live", force_hosts=force_hosts,
-                       replace_hosts=replace_host)  # fmt: skip
+        run_sweep_flow(
+            sweep_flow,
+            prepared,
+            spec,
+            resume,
+            passes,
+            results,
+            force,
+            sysfs_root,
+            override,
+            busy_wait,
+            mode="json" if as_json else "quiet" if quiet else "live",
+            force_hosts=force_hosts,
+            replace_hosts=replace_host,
+        )
 
 
 def print_fleet_plan(prepared) -> None:
     fleet = prepared.fleet
-    out.print(f"sweep {prepared.sweep_id}: {len(prepared.items)} run(s) of {prepared.planned} on hosts "
-              f"{', '.join(fleet['hosts'])} ({fleet['mode']}), nothing launched (--dry-run)", highlight=False)  # fmt: skip
+    out.print(
+        f"sweep {prepared.sweep_id}: {len(prepared.items)} run(s) of {prepared.planned} on hosts "
+        f"{', '.join(fleet['hosts'])} ({fleet['mode']}), nothing launched (--dry-run)",
+        highlight=False,
+    )
     items = {item.run_id: item for item in prepared.items}
     for shard in fleet["shards"]:
         instead = f" (host {shard['plan_host']}'s runs)" if shard["plan_host"] != shard["host"] else ""
@@ -255,26 +288,59 @@ def session_guard():
 
 
 def run_sweep_flow(
-    sweep_flow, prepared, spec, resume, passes, results: str, force: bool, sysfs_root: Path, override, busy_wait=None,
-    mode: str = "live", force_hosts: bool = False, replace_hosts: list[str] | None = None,
+    sweep_flow,
+    prepared,
+    spec,
+    resume,
+    passes,
+    results: str,
+    force: bool,
+    sysfs_root: Path,
+    override,
+    busy_wait=None,
+    mode: str = "live",
+    force_hosts: bool = False,
+    replace_hosts: list[str] | None = None,
 ) -> None:
     """The flow on the prepared sweep, then what ``mode`` shows: live (progress,
     the per-arm table once, the verdicts), quiet (the rows' path and
     failures) or json (one object on stdout)."""
     # a fleet's runs are on its hosts: their progress is in each host's flow run
-    summary = with_progress(prepared, mode == "live" and not prepared.fleet, lambda: call_flow(
-        sweep_flow, spec=str(spec) if spec else None, passes=passes, results=str(results), force=force,
-        sweep_id=prepared.sweep_id, resume=resume, sysfs_root=str(sysfs_root),
-        cores=list(override.cores) or None, node=override.node, straddle=override.straddle, busy_wait=busy_wait,
-        force_hosts=force_hosts, replace_hosts=replace_hosts or None,
-    ))  # fmt: skip
+    summary = with_progress(
+        prepared,
+        mode == "live" and not prepared.fleet,
+        lambda: call_flow(
+            sweep_flow,
+            spec=str(spec) if spec else None,
+            passes=passes,
+            results=str(results),
+            force=force,
+            sweep_id=prepared.sweep_id,
+            resume=resume,
+            sysfs_root=str(sysfs_root),
+            cores=list(override.cores) or None,
+            node=override.node,
+            straddle=override.straddle,
+            busy_wait=busy_wait,
+            force_hosts=force_hosts,
+            replace_hosts=replace_hosts or None,
+        ),
+    )
     rows = results_root(results) / "runs" / f"sweep={summary['sweep_id']}"
     if mode == "json":
         import json
 
         # the flow's outcomes carry exactly run_id, arm, pass_index, slot_index, status, error
-        print(json.dumps({"sweep_id": summary["sweep_id"], "rows": str(rows), "runs": summary["runs"],
-                          "failed": len(summary["failed"])}))  # fmt: skip
+        print(
+            json.dumps(
+                {
+                    "sweep_id": summary["sweep_id"],
+                    "rows": str(rows),
+                    "runs": summary["runs"],
+                    "failed": len(summary["failed"]),
+                }
+            )
+        )
     else:
         if mode == "live":
             print_arm_table(summary["sweep_id"], results)
@@ -332,8 +398,12 @@ def serve() -> None:
 @app.command()
 def worker(
     host: str = typer.Option(..., "--host", help="this host's name in the fleet, e.g. spr-1 (lower-case, digits, _ -)"),
-    lock_dir: Optional[Path] = typer.Option(None, "--lock-dir", help="CPU lock directory (default $OMNI_LOCK_DIR or /tmp/omni-locks)"),
-    sysfs_root: Path = typer.Option(Path("/"), help="plan on this sysfs fixture's topology (placement recorded, not applied)"),
+    lock_dir: Path | None = typer.Option(
+        None, "--lock-dir", help="CPU lock directory (default $OMNI_LOCK_DIR or /tmp/omni-locks)"
+    ),
+    sysfs_root: Path = typer.Option(
+        Path("/"), help="plan on this sysfs fixture's topology (placement recorded, not applied)"
+    ),
     heartbeat: int = typer.Option(10, "--heartbeat", min=1, help="seconds between heartbeats; 3 missed: offline"),
 ) -> None:
     """Serve this host in the fleet: publish its facts, then run a Prefect process
@@ -348,7 +418,7 @@ def worker(
 def hosts(as_json: bool = typer.Option(False, "--json", help="one JSON object per host")) -> None:
     """The fleet's hosts (omni worker --host), their facts and whether each is alive."""
     import json
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     from prefect.client.orchestration import get_client
 
@@ -365,18 +435,23 @@ def hosts(as_json: bool = typer.Option(False, "--json", help="one JSON object pe
     if not states:
         out.print("no hosts: start omni worker --host NAME on each benchmark host")
         return
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     for state in states.values():  # one line per host: copyable, and no table squeezed into 80 columns
         f = state.facts or {}
-        beat = f"heartbeat {(now - state.last_heartbeat).total_seconds():.0f} s ago" if state.last_heartbeat else "no heartbeat"
+        beat = (
+            f"heartbeat {(now - state.last_heartbeat).total_seconds():.0f} s ago"
+            if state.last_heartbeat
+            else "no heartbeat"
+        )
         topology = "; ".join(f"node {n} cpus {c}" for n, c in (f.get("topology") or {}).items()) or "topology unknown"
         out.print(
             f"{state.name}: {'alive' if state.online else 'OFFLINE'} ({beat}); {f.get('cpu_model')}; "
             f"isa {' '.join(f.get('isa') or []) or '-'}; {topology}; kernel {f.get('kernel')}; "
             f"envs {' '.join(f.get('envs') or {}) or 'none'}; omni {str(f.get('harness_git_sha') or '?')[:12]}; "
             f"machine {f.get('hostname')}; locks {f.get('lock_dir')}",
-            highlight=False, soft_wrap=True,
-        )  # fmt: skip
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 @app.command()
@@ -388,12 +463,16 @@ def table(
     from omni.store import stored_run_ids
 
     if not stored_run_ids(results, sweep_id):
-        raise OmniError(f"no rows for sweep {sweep_id!r} under {results_root(results) / 'runs'}; its sweep=… folders are the ids")
+        raise OmniError(
+            f"no rows for sweep {sweep_id!r} under {results_root(results) / 'runs'}; its sweep=… folders are the ids"
+        )
     print_arm_table(sweep_id, results)
 
 
 RETRACTED_OPT = typer.Option(False, "--include-retracted", help="keep retracted runs in")
-METRIC_OPT = typer.Option(None, "--metric", help="only this metric (repeatable), e.g. decode_tok_s; default: every judged one")
+METRIC_OPT = typer.Option(
+    None, "--metric", help="only this metric (repeatable), e.g. decode_tok_s; default: every judged one"
+)
 
 
 @app.command()
@@ -401,7 +480,7 @@ def summary(
     sweep_id: str = typer.Argument(..., help="sweep id (the sweep=… folder name)"),
     results: str = RESULTS_OPT,
     include_retracted: bool = RETRACTED_OPT,
-    metric: Optional[list[str]] = METRIC_OPT,
+    metric: list[str] | None = METRIC_OPT,
 ) -> None:
     """Per arm and metric: n, median, MAD, CV, interval, and the verdict
     against the baseline; writes results/summaries/SWEEP.{md,json,html}
@@ -419,10 +498,10 @@ def summary(
 def ops(
     sweep_id: str = typer.Argument(..., help="sweep id (the sweep=… folder name)"),
     results: str = RESULTS_OPT,
-    arm: Optional[list[str]] = typer.Option(None, "--arm", help="only this arm (repeatable)"),
+    arm: list[str] | None = typer.Option(None, "--arm", help="only this arm (repeatable)"),
     top: int = typer.Option(20, min=1, help="ops shown per arm, heaviest first"),
     steps: str = typer.Option("decode", help="which engine steps: decode, prefill, mixed or all"),
-    against: Optional[str] = typer.Option(None, help="judge each arm's ops against this arm's (default: the baseline)"),
+    against: str | None = typer.Option(None, help="judge each arm's ops against this arm's (default: the baseline)"),
     min_effect: float = typer.Option(0.05, min=0.001, max=0.99, help="smallest per-op change that matters"),
     by_shape: bool = typer.Option(False, "--by-shape", help="one line per op and input shapes (the head's GEMM apart)"),
     include_retracted: bool = RETRACTED_OPT,
@@ -440,13 +519,22 @@ def ops(
         out.print(f"{bad.arm} pass {bad.pass_index}: {bad.status}: {bad.error}", highlight=False, soft_wrap=True)
     arms = [a for a in dict.fromkeys(runs["arm"]) if not arm or a in arm]
     lines = [line for line in op_lines(frame) if line.arm in arms]
-    table = Table("arm", "op", "runs", "ms/step", "share", "calls/step", "noise", title=f"ops of {steps} steps, {sweep_id}")
+    table = Table(
+        "arm", "op", "runs", "ms/step", "share", "calls/step", "noise", title=f"ops of {steps} steps, {sweep_id}"
+    )
     for name in arms:
         for line in [x for x in lines if x.arm == name][:top]:
             noise = f"{line.noise:.1%}" if line.noise is not None else "-"
             flag = " (distorting)" if line.distorting else ""
-            table.add_row(name, line.op + flag, str(line.runs), f"{line.ms_per_step:.3f}", f"{line.share:.1%}",
-                          f"{line.calls_per_step:.1f}", noise)  # fmt: skip
+            table.add_row(
+                name,
+                line.op + flag,
+                str(line.runs),
+                f"{line.ms_per_step:.3f}",
+                f"{line.share:.1%}",
+                f"{line.calls_per_step:.1f}",
+                noise,
+            )
     out.print(table)
     ok = frame[frame["status"] == "ok"]
     base = against or baseline_of(sweep_spec(results, sweep_id), list(dict.fromkeys(runs["arm"])))
@@ -454,8 +542,15 @@ def ops(
         out.print(f"no per-op verdicts: {base!r} has no ok profiled run (--against names another arm)", highlight=False)
         return
     for other in [a for a in arms if a != base and a in set(ok["arm"])]:
-        verdicts = Table("op", f"{base} ms", f"{other} ms", "ratio", "95 % interval", "verdict",
-                         title=f"{other} against {base}, per op (min_effect {min_effect:.0%})")  # fmt: skip
+        verdicts = Table(
+            "op",
+            f"{base} ms",
+            f"{other} ms",
+            "ratio",
+            "95 % interval",
+            "verdict",
+            title=f"{other} against {base}, per op (min_effect {min_effect:.0%})",
+        )
         for c in compare_ops(ok, base, other, min_effect)[:top]:
             j = c.comparison
             ms = [f"{v:.3f}" if v is not None else "-" for v in (c.base_ms, c.other_ms)]
@@ -473,14 +568,18 @@ def compare(
     after: str = typer.Argument(..., help="sweep id compared with it, arm by arm (same names)"),
     results: str = RESULTS_OPT,
     include_retracted: bool = RETRACTED_OPT,
-    metric: Optional[list[str]] = METRIC_OPT,
+    metric: list[str] | None = METRIC_OPT,
 ) -> None:
     """Each arm of AFTER against the same arm of BEFORE: ratio, interval, verdict."""
     from omni.report import comparison_markdown
     from omni.summary import compare_sweeps
 
-    out.print(comparison_markdown(compare_sweeps(results, before, after, include_retracted, metric)),
-              markup=False, highlight=False, soft_wrap=True)  # fmt: skip
+    out.print(
+        comparison_markdown(compare_sweeps(results, before, after, include_retracted, metric)),
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )
 
 
 @app.command()
@@ -506,10 +605,12 @@ def regressions(
 @app.command()
 def calibrate(
     spec: Path = typer.Argument(Path("arms/calibrate-synthetic.yaml"), help="the spec whose workloads to calibrate"),
-    passes: Optional[int] = typer.Option(None, min=3, help="override the spec's passes"),
+    passes: int | None = typer.Option(None, min=3, help="override the spec's passes"),
     sweeps: int = typer.Option(2, min=1, help="sweeps to run: 2 or more also measure the drift between sweeps"),
     results: str = RESULTS_OPT,
-    from_sweep: Optional[list[str]] = typer.Option(None, "--from", help="measure these stored sweeps (repeatable), run nothing"),
+    from_sweep: list[str] | None = typer.Option(
+        None, "--from", help="measure these stored sweeps (repeatable), run nothing"
+    ),
     force: bool = typer.Option(False, "--force", help="run even when the slot's cores are busy (recorded)"),
 ) -> None:
     """Measure the noise of each workload (arm configuration) of SPEC within a
@@ -537,7 +638,7 @@ def calibrate(
 
 @app.command()
 def compact(
-    sweep_ids: Optional[list[str]] = typer.Argument(None, help="sweeps to compact; none: every sweep"),
+    sweep_ids: list[str] | None = typer.Argument(None, help="sweeps to compact; none: every sweep"),
     results: str = RESULTS_OPT,
 ) -> None:
     """Copy finished sweeps' rows into one file per sweep (results/compacted/),
@@ -564,11 +665,12 @@ def compact(
 def retract(
     target: str = typer.Argument(..., help="a run id, a sweep id, or a run file under results/"),
     reason: str = typer.Option(..., "--reason", help="what is wrong with it"),
-    superseded_by: Optional[str] = typer.Option(None, "--superseded-by", help="run, sweep or file that replaces it"),
+    superseded_by: str | None = typer.Option(None, "--superseded-by", help="run, sweep or file that replaces it"),
     results: str = RESULTS_OPT,
 ) -> None:
     """Withdraw a result with a reason; nothing is deleted or rewritten."""
-    from omni.retract import load_retractions, retract as do_retract
+    from omni.retract import load_retractions
+    from omni.retract import retract as do_retract
 
     path = do_retract(results, target, reason, superseded_by)
     if path is None:
@@ -579,7 +681,10 @@ def retract(
         out.print(f"{target} is retracted already ({'; '.join(reasons)}): nothing recorded", highlight=False)
         return
     row = load_retractions(results).set_index("retraction_id").loc[path.stem]
-    out.print(f"retracted {row['target_kind']} {row['target']} ({len(row['run_ids'])} run(s)): {row['reason']}", highlight=False)
+    out.print(
+        f"retracted {row['target_kind']} {row['target']} ({len(row['run_ids'])} run(s)): {row['reason']}",
+        highlight=False,
+    )
     out.print(f"recorded in {path}", highlight=False)
 
 
@@ -595,7 +700,9 @@ def provenance(
     given = results_root(target) if target.startswith("s3://") else Path(target)
     path = given if given.is_file() else run_file_of(results, target)
     if path is None:
-        raise OmniError(f"{target!r} is no run id under {results_root(results) / 'runs'} and no file; find ids with omni table SWEEP_ID")
+        raise OmniError(
+            f"{target!r} is no run id under {results_root(results) / 'runs'} and no file; find ids with omni table SWEEP_ID"
+        )
     row = upgrade_table(read_parquet(path)).to_pylist()[0]
     out.print(f"run {row['run_id']} of sweep {row['sweep_id']} ({path})", highlight=False)
     reason = retracted_runs(results).get(row["run_id"])
@@ -619,11 +726,19 @@ def run_local_sweep(spec: Path, passes, results: str, force: bool) -> str:
     from flows.sweep import sweep as sweep_flow
 
     with session_guard():
-        summary = with_progress(prepared, True, lambda: call_flow(
-            sweep_flow, spec=str(spec), passes=passes, results=str(results), force=force, sweep_id=prepared.sweep_id))
+        summary = with_progress(
+            prepared,
+            True,
+            lambda: call_flow(
+                sweep_flow, spec=str(spec), passes=passes, results=str(results), force=force, sweep_id=prepared.sweep_id
+            ),
+        )
     if summary["failed"]:
-        err.print(f"{len(summary['failed'])} run(s) of sweep {summary['sweep_id']} did not end ok; the calibration "
-                  "uses the ok ones", markup=False)  # fmt: skip
+        err.print(
+            f"{len(summary['failed'])} run(s) of sweep {summary['sweep_id']} did not end ok; the calibration "
+            "uses the ok ones",
+            markup=False,
+        )
     return summary["sweep_id"]
 
 
@@ -633,11 +748,17 @@ def call_flow(sweep_flow, **params) -> dict:
     state = sweep_flow(**params, return_state=True)
     summary = state.result(raise_on_failure=False)
     if not isinstance(summary, dict):
-        raise summary if isinstance(summary, BaseException) else OmniError(f"sweep flow ended {state.type}: {state.message}")
+        raise (
+            summary
+            if isinstance(summary, BaseException)
+            else OmniError(f"sweep flow ended {state.type}: {state.message}")
+        )
     return summary
 
 
-stack_app = typer.Typer(no_args_is_help=True, help="docker-compose's stack without containers (PostgreSQL + Prefect server + S3).")
+stack_app = typer.Typer(
+    no_args_is_help=True, help="docker-compose's stack without containers (PostgreSQL + Prefect server + S3)."
+)
 app.add_typer(stack_app, name="stack")
 
 
@@ -648,14 +769,22 @@ def stack_up() -> None:
 
     added = stack.complete_env_file()
     if added:
-        err.print(f"{stack.ENV_FILE}: added {', '.join(added)} from {stack.ENV_EXAMPLE.name} "
-                  "(written by an older omni; secrets random)", highlight=False, soft_wrap=True)  # fmt: skip
+        err.print(
+            f"{stack.ENV_FILE}: added {', '.join(added)} from {stack.ENV_EXAMPLE.name} "
+            "(written by an older omni; secrets random)",
+            highlight=False,
+            soft_wrap=True,
+        )
     url = stack.up()
     s3 = stack.s3_settings()
     # unwrapped: the lines are commands and addresses to copy
     out.print(f"prefect server at {url}; use it with: export PREFECT_API_URL={url}", highlight=False, soft_wrap=True)
-    out.print(f"s3 at {s3['endpoint_url']}, bucket {s3['bucket']}; keys AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY "
-              f"in {stack.ENV_FILE}", highlight=False, soft_wrap=True)  # fmt: skip
+    out.print(
+        f"s3 at {s3['endpoint_url']}, bucket {s3['bucket']}; keys AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY "
+        f"in {stack.ENV_FILE}",
+        highlight=False,
+        soft_wrap=True,
+    )
 
 
 @stack_app.command("down")
@@ -689,7 +818,11 @@ def env_list() -> None:
     for name in sorted(ENVS):
         info, stamp = env_info(REPO_ROOT, name), read_stamp(REPO_ROOT, name)
         state = "built" if info else ("stale (declaration changed)" if stamp else "not built")
-        detail = f" key {info.key} freeze {info.freeze_sha256[:12]} built {info.built_at} in {info.build_s} s" if info else ""
+        detail = (
+            f" key {info.key} freeze {info.freeze_sha256[:12]} built {info.built_at} in {info.build_s} s"
+            if info
+            else ""
+        )
         out.print(f"{name:<20} {state}{detail}", highlight=False)
 
 
@@ -706,7 +839,7 @@ def env_build(name: str = typer.Argument(..., help="env name, see omni env list"
 @models_app.command("make")
 def models_make(
     preset: str = typer.Argument(..., help="shape preset, e.g. tiny-llama"),
-    out_dir: Optional[Path] = typer.Option(None, "--out", help="directory (default models/PRESET)"),
+    out_dir: Path | None = typer.Option(None, "--out", help="directory (default models/PRESET)"),
 ) -> None:
     """Write the preset's HF directory and GGUF files; print their digests."""
     from omni.models import PRESETS
@@ -717,7 +850,7 @@ def models_make(
         raise OmniError(f"unknown preset {preset!r}; known: {', '.join(PRESETS)}")
     manifest = make_model(REPO_ROOT, preset, out_dir.resolve() if out_dir else None)
     out.print(f"{preset}: hf sha256 {manifest['hf_sha256']}", highlight=False)
-    for kind, entry in sorted(manifest["gguf"].items()):
+    for _kind, entry in sorted(manifest["gguf"].items()):
         out.print(f"  {entry['file']}: sha256 {entry['sha256']}", highlight=False)
 
 

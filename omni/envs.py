@@ -41,11 +41,19 @@ class EnvSpec:
 
 # llama.cpp from source: native ISA only, no tests/examples/tools/server/mtmd:
 # the library llama-cpp-python loads and nothing else.
-LLAMA_CMAKE_ARGS = " ".join([
-    "-DGGML_NATIVE=ON", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_TOOLS=OFF",
-    "-DLLAMA_BUILD_SERVER=OFF", "-DLLAMA_CURL=OFF", "-DGGML_BUILD_TESTS=OFF", "-DGGML_BUILD_EXAMPLES=OFF",
-    "-DLLAVA_BUILD=OFF",
-])  # fmt: skip
+LLAMA_CMAKE_ARGS = " ".join(
+    [
+        "-DGGML_NATIVE=ON",
+        "-DLLAMA_BUILD_TESTS=OFF",
+        "-DLLAMA_BUILD_EXAMPLES=OFF",
+        "-DLLAMA_BUILD_TOOLS=OFF",
+        "-DLLAMA_BUILD_SERVER=OFF",
+        "-DLLAMA_CURL=OFF",
+        "-DGGML_BUILD_TESTS=OFF",
+        "-DGGML_BUILD_EXAMPLES=OFF",
+        "-DLLAVA_BUILD=OFF",
+    ]
+)
 
 ENVS: dict[str, EnvSpec] = {
     # torchvision/torchaudio/torchcodec come built for another torch and break
@@ -98,8 +106,11 @@ def engine_freeze_sha256(freeze: str, repo_root: Path) -> str:
     names the checkout, or a commit that moves with every omni commit): the
     engine's packages only, so the hash changes when they do and only then."""
     own = {f"-e {repo_root}", f"-e {Path(repo_root).resolve()}"}
-    kept = [line for line in freeze.splitlines()
-            if line.strip() and not line.startswith("#") and line.strip() not in own and "egg=omni" not in line]  # fmt: skip
+    kept = [
+        line
+        for line in freeze.splitlines()
+        if line.strip() and not line.startswith("#") and line.strip() not in own and "egg=omni" not in line
+    ]
     return hashlib.sha256("\n".join(sorted(kept)).encode()).hexdigest()
 
 
@@ -152,7 +163,9 @@ def build_env(repo_root: Path, name: str) -> EnvInfo:
     try:
         with open(log_path, "w") as log:
             if not python.exists():
-                subprocess.run([sys.executable, "-m", "venv", str(target)], check=True, stdout=log, stderr=subprocess.STDOUT)
+                subprocess.run(
+                    [sys.executable, "-m", "venv", str(target)], check=True, stdout=log, stderr=subprocess.STDOUT
+                )
             _pip(python, ["install", *spec.requirements], log, env)
             if spec.remove:
                 _pip(python, ["uninstall", "-y", *spec.remove], log, env)

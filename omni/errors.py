@@ -9,8 +9,8 @@ no traceback reaches the user for a mistake the user can fix.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 
 class OmniError(Exception):

@@ -28,7 +28,7 @@ import json
 import os
 import platform
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -82,7 +82,7 @@ def host_facts(host: str, sysfs_root: str | Path = "/", locks: Path | None = Non
         "lock_dir": str(locks or lock_dir()),
         "sysfs_root": str(sysfs_root),
         "pid": os.getpid(),
-        "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
     }
 
 
@@ -98,9 +98,11 @@ class HostState:
             return f"host {self.name} is unknown: no omni worker --host {self.name} has registered with this Prefect server"
         if self.last_heartbeat is None:
             return f"host {self.name} has published its facts but its worker never sent a heartbeat"
-        ago = (datetime.now(timezone.utc) - self.last_heartbeat).total_seconds()
-        return (f"host {self.name} is offline: its worker's last heartbeat was {ago:.0f} s ago "
-                f"({self.last_heartbeat.isoformat(timespec='seconds')})")  # fmt: skip
+        ago = (datetime.now(UTC) - self.last_heartbeat).total_seconds()
+        return (
+            f"host {self.name} is offline: its worker's last heartbeat was {ago:.0f} s ago "
+            f"({self.last_heartbeat.isoformat(timespec='seconds')})"
+        )
 
 
 def read_hosts(client, pool: str = POOL) -> dict[str, HostState]:
@@ -139,9 +141,13 @@ def split_differences(facts: dict[str, dict]) -> list[str]:
             shown = {h: sorted(set(v or []) - every) or ["(none beyond the common ones)"] for h, v in values.items()}
             problems.append("isa: " + "; ".join(f"{h} has {', '.join(flags)}" for h, flags in shown.items()))
         elif key == "topology":
-            problems.append("topology: " + "; ".join(
-                f"{h} " + (", ".join(f"node {n} cpus {c}" for n, c in (v or {}).items()) or "unknown")
-                for h, v in values.items()))  # fmt: skip
+            problems.append(
+                "topology: "
+                + "; ".join(
+                    f"{h} " + (", ".join(f"node {n} cpus {c}" for n, c in (v or {}).items()) or "unknown")
+                    for h, v in values.items()
+                )
+            )
         else:
             problems.append(f"{key}: " + "; ".join(f"{h} {v!r}" for h, v in values.items()))
     return problems
@@ -153,16 +159,20 @@ def choose_hosts(names: list[str] | str, mode: str, states: dict[str, HostState]
         chosen = [name for name, state in sorted(states.items()) if state.online]
         if not chosen:
             known = ", ".join(f"{n} (offline)" for n in states) or "none"
-            raise OmniError(f"hosts: all, but no host is alive (known: {known}). Start omni worker --host NAME "
-                            "on each benchmark host, with PREFECT_API_URL set to this server; omni hosts lists them")  # fmt: skip
+            raise OmniError(
+                f"hosts: all, but no host is alive (known: {known}). Start omni worker --host NAME "
+                "on each benchmark host, with PREFECT_API_URL set to this server; omni hosts lists them"
+            )
     else:
         chosen = list(names)
         absent = [states.get(n, HostState(n, None, False, None)) for n in chosen]
         absent = [s.describe_absence() for s in absent if not s.online]
         if absent:
             alive = ", ".join(n for n, s in states.items() if s.online) or "none"
-            raise OmniError("; ".join(absent) + f". Alive hosts: {alive}. Start omni worker --host NAME there "
-                            "(with PREFECT_API_URL set to this server), or name other hosts")  # fmt: skip
+            raise OmniError(
+                "; ".join(absent) + f". Alive hosts: {alive}. Start omni worker --host NAME there "
+                "(with PREFECT_API_URL set to this server), or name other hosts"
+            )
     if mode == "split" and len(chosen) > 1:
         check_identical({n: states[n].facts for n in chosen}, force)
     return chosen
@@ -229,8 +239,11 @@ def ensure_queue(client, host: str, pool: str = POOL) -> None:
     except ObjectAlreadyExists:
         pass
     try:
-        client.create_work_queue(name=queue_name(host), work_pool_name=pool,
-                                 description=f"runs of fleet host {host} (omni worker --host {host})")  # fmt: skip
+        client.create_work_queue(
+            name=queue_name(host),
+            work_pool_name=pool,
+            description=f"runs of fleet host {host} (omni worker --host {host})",
+        )
     except ObjectAlreadyExists:
         pass
 
@@ -257,10 +270,17 @@ def run_worker(host: str, locks: Path, sysfs_root: Path, heartbeat_s: int, pool:
         ensure_queue(client, host, pool)
         ensure_shard_deployment(client)
         publish(client, facts)
-    worker = ProcessWorker(work_pool_name=pool, work_queues=[queue_name(host)], name=queue_name(host),
-                           heartbeat_interval_seconds=heartbeat_s)  # fmt: skip
-    print(f"host {host}: worker {queue_name(host)} on pool {pool}, queue {queue_name(host)}, locks {locks}, "
-          f"heartbeat every {heartbeat_s} s", flush=True)  # fmt: skip
+    worker = ProcessWorker(
+        work_pool_name=pool,
+        work_queues=[queue_name(host)],
+        name=queue_name(host),
+        heartbeat_interval_seconds=heartbeat_s,
+    )
+    print(
+        f"host {host}: worker {queue_name(host)} on pool {pool}, queue {queue_name(host)}, locks {locks}, "
+        f"heartbeat every {heartbeat_s} s",
+        flush=True,
+    )
     asyncio.run(worker.start(printer=lambda *a, **k: print(*a, flush=True)))
 
 
@@ -280,6 +300,8 @@ def ensure_shard_deployment(client) -> None:
     except ObjectNotFound:
         pass
     prefect = Path(sys.executable).with_name("prefect")
-    done = subprocess.run([str(prefect), "--no-prompt", "deploy", "--all"], cwd=REPO_ROOT, capture_output=True, text=True)
+    done = subprocess.run(
+        [str(prefect), "--no-prompt", "deploy", "--all"], cwd=REPO_ROOT, capture_output=True, text=True
+    )
     if done.returncode != 0:
         raise OmniError(f"prefect deploy --all in {REPO_ROOT} failed: {(done.stdout + done.stderr)[-1500:]}")

@@ -165,5 +165,3 @@ def add_kib(total: dict[int, int], more: dict[int, int]) -> dict[int, int]:
     for node, kib in more.items():
         total[node] = total.get(node, 0) + kib
     return total
-
-

@@ -122,29 +122,61 @@ def vocabulary(shape: Shape) -> list[str]:
 
 def hf_config(shape: Shape) -> dict:
     return {
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "torch_dtype": "bfloat16",
-        "vocab_size": shape.vocab, "hidden_size": shape.hidden, "intermediate_size": shape.intermediate,
-        "num_hidden_layers": shape.layers, "num_attention_heads": shape.heads,
-        "num_key_value_heads": shape.kv_heads, "head_dim": shape.head_dim,
-        "max_position_embeddings": shape.max_positions, "rope_theta": shape.rope_theta,
-        "rms_norm_eps": RMS_EPS, "hidden_act": "silu", "tie_word_embeddings": shape.tie_embeddings,
-        "bos_token_id": 1, "eos_token_id": 2, "attention_bias": False, "mlp_bias": False,
-    }  # fmt: skip
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "torch_dtype": "bfloat16",
+        "vocab_size": shape.vocab,
+        "hidden_size": shape.hidden,
+        "intermediate_size": shape.intermediate,
+        "num_hidden_layers": shape.layers,
+        "num_attention_heads": shape.heads,
+        "num_key_value_heads": shape.kv_heads,
+        "head_dim": shape.head_dim,
+        "max_position_embeddings": shape.max_positions,
+        "rope_theta": shape.rope_theta,
+        "rms_norm_eps": RMS_EPS,
+        "hidden_act": "silu",
+        "tie_word_embeddings": shape.tie_embeddings,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "attention_bias": False,
+        "mlp_bias": False,
+    }
 
 
 def write_tokenizer(out: Path, shape: Shape) -> None:
     """A WordLevel tokenizer.json of the full vocabulary (loads offline in transformers)."""
     vocab = {tok: i for i, tok in enumerate(vocabulary(shape))}
     tokenizer = {
-        "version": "1.0", "truncation": None, "padding": None,
-        "added_tokens": [{"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False,
-                          "normalized": False, "special": True} for i, t in enumerate(["<unk>", "<s>", "</s>"])],
-        "normalizer": None, "pre_tokenizer": {"type": "WhitespaceSplit"}, "post_processor": None,
-        "decoder": None, "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "<unk>"},
-    }  # fmt: skip
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": [
+            {
+                "id": i,
+                "content": t,
+                "single_word": False,
+                "lstrip": False,
+                "rstrip": False,
+                "normalized": False,
+                "special": True,
+            }
+            for i, t in enumerate(["<unk>", "<s>", "</s>"])
+        ],
+        "normalizer": None,
+        "pre_tokenizer": {"type": "WhitespaceSplit"},
+        "post_processor": None,
+        "decoder": None,
+        "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "<unk>"},
+    }
     (out / "tokenizer.json").write_text(json.dumps(tokenizer, sort_keys=True))
-    config = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>",
-              "unk_token": "<unk>", "model_max_length": shape.max_positions}  # fmt: skip
+    config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "bos_token": "<s>",
+        "eos_token": "</s>",
+        "unk_token": "<unk>",
+        "model_max_length": shape.max_positions,
+    }
     (out / "tokenizer_config.json").write_text(json.dumps(config, sort_keys=True))
     (out / "special_tokens_map.json").write_text(
         json.dumps({"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}, sort_keys=True)
@@ -158,18 +190,24 @@ def permute_rope(w: np.ndarray, heads: int) -> np.ndarray:
 
 def gguf_name(hf: str) -> str:
     table = {
-        "model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
+        "model.embed_tokens.weight": "token_embd.weight",
+        "model.norm.weight": "output_norm.weight",
         "lm_head.weight": "output.weight",
-    }  # fmt: skip
+    }
     if hf in table:
         return table[hf]
     layer, rest = hf.removeprefix("model.layers.").split(".", 1)
     parts = {
-        "input_layernorm.weight": "attn_norm", "post_attention_layernorm.weight": "ffn_norm",
-        "self_attn.q_proj.weight": "attn_q", "self_attn.k_proj.weight": "attn_k",
-        "self_attn.v_proj.weight": "attn_v", "self_attn.o_proj.weight": "attn_output",
-        "mlp.gate_proj.weight": "ffn_gate", "mlp.up_proj.weight": "ffn_up", "mlp.down_proj.weight": "ffn_down",
-    }  # fmt: skip
+        "input_layernorm.weight": "attn_norm",
+        "post_attention_layernorm.weight": "ffn_norm",
+        "self_attn.q_proj.weight": "attn_q",
+        "self_attn.k_proj.weight": "attn_k",
+        "self_attn.v_proj.weight": "attn_v",
+        "self_attn.o_proj.weight": "attn_output",
+        "mlp.gate_proj.weight": "ffn_gate",
+        "mlp.up_proj.weight": "ffn_up",
+        "mlp.down_proj.weight": "ffn_down",
+    }
     return f"blk.{layer}.{parts[rest]}.weight"
 
 
@@ -193,7 +231,9 @@ def write_gguf(path: Path, name: str, shape: Shape, tensors: dict[str, np.ndarra
     tokens = vocabulary(shape)
     writer.add_tokenizer_model("llama")
     writer.add_token_list(tokens)
-    writer.add_token_scores([0.0] * N_SPECIAL + [0.0] * N_BYTES + [-float(i) for i in range(len(tokens) - N_SPECIAL - N_BYTES)])
+    writer.add_token_scores(
+        [0.0] * N_SPECIAL + [0.0] * N_BYTES + [-float(i) for i in range(len(tokens) - N_SPECIAL - N_BYTES)]
+    )
     types = [gguf.TokenType.UNKNOWN, gguf.TokenType.CONTROL, gguf.TokenType.CONTROL]
     types += [gguf.TokenType.BYTE] * N_BYTES + [gguf.TokenType.NORMAL] * (len(tokens) - N_SPECIAL - N_BYTES)
     writer.add_token_types(types)

@@ -44,8 +44,14 @@ class S3Settings:
         return {"key": self.access_key, "secret": self.secret_key, "client_kwargs": client}
 
 
-_AWS_VARS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_REGION",
-             "AWS_DEFAULT_REGION")  # fmt: skip
+_AWS_VARS = (
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_ENDPOINT_URL",
+    "AWS_ENDPOINT_URL_S3",
+    "AWS_REGION",
+    "AWS_DEFAULT_REGION",
+)
 
 
 def s3_settings() -> S3Settings:
@@ -62,8 +68,12 @@ def _settings(aws: tuple[str | None, ...], _dotenv_mtime: int | None) -> S3Setti
     s3:// path asks, and reading .env parses docker-compose.yml)."""
     env = dict(zip(_AWS_VARS, aws))
     if env.get("AWS_ACCESS_KEY_ID") and env.get("AWS_SECRET_ACCESS_KEY"):
-        return S3Settings(env.get("AWS_ENDPOINT_URL") or env.get("AWS_ENDPOINT_URL_S3"), env["AWS_ACCESS_KEY_ID"],
-                          env["AWS_SECRET_ACCESS_KEY"], env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1")  # fmt: skip
+        return S3Settings(
+            env.get("AWS_ENDPOINT_URL") or env.get("AWS_ENDPOINT_URL_S3"),
+            env["AWS_ACCESS_KEY_ID"],
+            env["AWS_SECRET_ACCESS_KEY"],
+            env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1",
+        )
     from omni import stack
 
     found = stack.s3_settings()
@@ -84,8 +94,15 @@ def _filesystems(settings: S3Settings) -> tuple[Any, Any]:
     endpoint, scheme = settings.endpoint_url, "https"
     if endpoint:
         scheme, _, endpoint = endpoint.partition("://")
-    arrow = pafs.S3FileSystem(access_key=settings.access_key, secret_key=settings.secret_key, region=settings.region,
-                              endpoint_override=endpoint, scheme=scheme, connect_timeout=5, request_timeout=60)  # fmt: skip
+    arrow = pafs.S3FileSystem(
+        access_key=settings.access_key,
+        secret_key=settings.secret_key,
+        region=settings.region,
+        endpoint_override=endpoint,
+        scheme=scheme,
+        connect_timeout=5,
+        request_timeout=60,
+    )
     # its own instance: s3fs caches listings per instance, and one shared with
     # the caller's pandas would keep listing what was there before our PUTs
     return arrow, s3fs.S3FileSystem(**settings.storage_options(), skip_instance_cache=True, use_listings_cache=False)
@@ -100,7 +117,7 @@ class S3Path:
     def __init__(self, uri: str, settings: S3Settings | None = None):
         if not uri.startswith(SCHEME):
             raise OmniError(f"{uri!r} is not an s3:// address")
-        bucket, _, key = uri[len(SCHEME):].partition("/")
+        bucket, _, key = uri[len(SCHEME) :].partition("/")
         if not bucket:
             raise OmniError(f"{uri!r} names no bucket: use s3://BUCKET/PREFIX, e.g. s3://omni-results/nightly")
         self.bucket, self.key = bucket, key.strip("/")
@@ -350,4 +367,15 @@ def storage_options(results: str | Path | S3Path | None = None) -> dict[str, Any
     return root.settings.storage_options() if isinstance(root, S3Path) else None
 
 
-__all__ = ["ResultsPath", "S3Path", "S3Settings", "arrow_source", "local_copy", "local_scratch", "results_root", "write_text_once", "s3_settings", "storage_options"]
+__all__ = [
+    "ResultsPath",
+    "S3Path",
+    "S3Settings",
+    "arrow_source",
+    "local_copy",
+    "local_scratch",
+    "results_root",
+    "write_text_once",
+    "s3_settings",
+    "storage_options",
+]

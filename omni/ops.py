@@ -34,11 +34,19 @@ GGML_EVAL_CALLBACK = "ggml eval callback"
 _STEP = re.compile(r"^execute_context_(\d+)\((\d+)\)_generation_(\d+)\((\d+)\)")
 
 # ops that multiply by a dense (unquantized) weight, by the names traces give them
-DENSE_GEMM_OPS = frozenset({
-    "aten::mm", "aten::addmm", "aten::matmul", "aten::linear", "aten::bmm",
-    "_C::onednn_mm", "_C::weight_packed_linear", "zentorch::zentorch_linear_unary",
-    "MUL_MAT",  # ggml's matmul node, when the weight is F16/BF16/F32
-})  # fmt: skip
+DENSE_GEMM_OPS = frozenset(
+    {
+        "aten::mm",
+        "aten::addmm",
+        "aten::matmul",
+        "aten::linear",
+        "aten::bmm",
+        "_C::onednn_mm",
+        "_C::weight_packed_linear",
+        "zentorch::zentorch_linear_unary",
+        "MUL_MAT",  # ggml's matmul node, when the weight is F16/BF16/F32
+    }
+)
 # the half-precision and full-precision input types of a dense GEMM
 DENSE_TYPES = ("BFloat16", "Half", "float", "bf16", "f16", "f32")
 
@@ -66,9 +74,13 @@ def torch_trace_records(trace: Mapping[str, Any]) -> list[dict]:
     """One record per (step, op, input shapes, input types) of a torch
     profiler Chrome trace: calls and self ms."""
     events = [e for e in trace.get("traceEvents", []) if e.get("ph") == "X" and "dur" in e]
-    annotated = sorted((e for e in events if e.get("cat") == "user_annotation" and _STEP.match(e.get("name", ""))),
-                       key=lambda e: e["ts"])  # fmt: skip
-    steps = [Step(i, step_kind(e["name"]), e["dur"] / 1000, e["ts"], e["ts"] + e["dur"]) for i, e in enumerate(annotated)]
+    annotated = sorted(
+        (e for e in events if e.get("cat") == "user_annotation" and _STEP.match(e.get("name", ""))),
+        key=lambda e: e["ts"],
+    )
+    steps = [
+        Step(i, step_kind(e["name"]), e["dur"] / 1000, e["ts"], e["ts"] + e["dur"]) for i, e in enumerate(annotated)
+    ]
     starts = [s.start_us for s in steps]
     totals: dict[tuple, list] = {}
     for event, self_us in _self_times([e for e in events if e.get("cat") == "cpu_op"]):
@@ -76,15 +88,30 @@ def torch_trace_records(trace: Mapping[str, Any]) -> list[dict]:
         if at < 0 or event["ts"] >= steps[at].end_us:
             continue  # outside every traced step (before the first, between steps)
         args = event.get("args") or {}
-        key = (at, event["name"], json.dumps(args.get("Input Dims")), ",".join(t for t in args.get("Input type") or [] if t))
+        key = (
+            at,
+            event["name"],
+            json.dumps(args.get("Input Dims")),
+            ",".join(t for t in args.get("Input type") or [] if t),
+        )
         entry = totals.setdefault(key, [0, 0.0])
         entry[0] += 1
         entry[1] += self_us / 1000
     return [
-        {"step": at, "step_kind": steps[at].kind, "step_ms": steps[at].ms, "op": op, "shapes": shapes,
-         "dtypes": dtypes, "calls": calls, "self_ms": self_ms, "method": TORCH_PROFILER, "distorting": False}
+        {
+            "step": at,
+            "step_kind": steps[at].kind,
+            "step_ms": steps[at].ms,
+            "op": op,
+            "shapes": shapes,
+            "dtypes": dtypes,
+            "calls": calls,
+            "self_ms": self_ms,
+            "method": TORCH_PROFILER,
+            "distorting": False,
+        }
         for (at, op, shapes, dtypes), (calls, self_ms) in sorted(totals.items())
-    ]  # fmt: skip
+    ]
 
 
 def _self_times(ops: list[dict]) -> Iterable[tuple[dict, float]]:
@@ -174,9 +201,11 @@ def head_rule(arm: Mapping[str, Any], records: Sequence[Mapping], vocab: int, hi
     signature = head_signature(records, vocab, hidden) if claim else None
     if signature is None:
         return None
-    return (f"{HEAD_RULE}: the arm claims a quantized output head ({claim}) but its profile shows a dense GEMM of "
-            f"the head's shape (vocab {vocab} x hidden {hidden}): {signature['op']} "
-            f"{signature['ms_per_step']:.3f} ms/step, input shapes {signature['shapes']}")  # fmt: skip
+    return (
+        f"{HEAD_RULE}: the arm claims a quantized output head ({claim}) but its profile shows a dense GEMM of "
+        f"the head's shape (vocab {vocab} x hidden {hidden}): {signature['op']} "
+        f"{signature['ms_per_step']:.3f} ms/step, input shapes {signature['shapes']}"
+    )
 
 
 def model_head_shape(model_path: str | None) -> tuple[int, int] | None:
@@ -208,8 +237,10 @@ def per_run(frame) -> dict[tuple[str, str, str], dict]:
             logs = np.log(by_step[by_step > 0].to_numpy())
             total = float(rows["self_ms"].sum())
             out[(arm, run_id, op)] = {
-                "ms_per_step": total / n_steps, "share": total / step_ms if step_ms else math.nan,
-                "sd_log": float(logs.std(ddof=1)) if logs.size > 1 else None, "k": int(logs.size),
+                "ms_per_step": total / n_steps,
+                "share": total / step_ms if step_ms else math.nan,
+                "sd_log": float(logs.std(ddof=1)) if logs.size > 1 else None,
+                "k": int(logs.size),
                 "calls_per_step": float(rows["calls"].sum()) / n_steps,
                 "distorting": bool(rows["distorting"].any()),
             }
@@ -243,9 +274,18 @@ def op_lines(frame) -> list[OpLine]:
         ms = [v["ms_per_step"] for v in values]
         positive = [m for m in ms if m > 0]
         noise = statistics.stdev([math.log(m) for m in positive]) if len(positive) > 1 else None
-        lines.append(OpLine(arm, op, len(values), statistics.median(ms), statistics.median(v["share"] for v in values),
-                            statistics.median(v["calls_per_step"] for v in values), noise,
-                            any(v["distorting"] for v in values)))  # fmt: skip
+        lines.append(
+            OpLine(
+                arm,
+                op,
+                len(values),
+                statistics.median(ms),
+                statistics.median(v["share"] for v in values),
+                statistics.median(v["calls_per_step"] for v in values),
+                noise,
+                any(v["distorting"] for v in values),
+            )
+        )
     return sorted(lines, key=lambda line: (line.arm, -line.ms_per_step))
 
 
@@ -277,7 +317,9 @@ def compare_ops(frame, base: str, other: str, min_effect: float) -> list[OpCompa
         judged = None
         if b and o:
             judged = compare(b_ms, o_ms, better="lower", min_effect=min_effect, within=(_within(b), _within(o)))
-        out.append(OpComparison(op, statistics.median(b_ms) if b else None, statistics.median(o_ms) if o else None, judged))
+        out.append(
+            OpComparison(op, statistics.median(b_ms) if b else None, statistics.median(o_ms) if o else None, judged)
+        )
     return sorted(out, key=lambda c: -max(c.base_ms or 0, c.other_ms or 0))
 
 

@@ -287,10 +287,15 @@ def verify_binding(seen: dict, slot: Slot, membind_expected: bool, numa: dict | 
     for proc in numa.values():
         add_kib(anon, proc.settled.anon_kib)
         add_kib(files, proc.settled.file_kib)
-        per_process.append({
-            "pid": proc.pid, "name": proc.name, "policies": sorted(proc.policies),
-            "anon_kib_by_node": node_list(proc.settled.anon_kib), "file_kib_by_node": node_list(proc.settled.file_kib),
-        })  # fmt: skip
+        per_process.append(
+            {
+                "pid": proc.pid,
+                "name": proc.name,
+                "policies": sorted(proc.policies),
+                "anon_kib_by_node": node_list(proc.settled.anon_kib),
+                "file_kib_by_node": node_list(proc.settled.file_kib),
+            }
+        )
     policies = {t for proc in numa.values() for t in proc.policies}
     policies |= {t.policy for t in threads.values() if t.policy}
     return BindingCheck(

@@ -12,20 +12,20 @@ import random
 import secrets
 import shlex
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from pydantic import ValidationError
 
+from omni.errors import OmniError
 from omni.resources import ArmResources
 from omni.runner import PlanItem, engine_argv, run_workdir
 from omni.spec import LoadedSpec, SlotRequest, canonical_arm_json
-from omni.errors import OmniError
 from omni.topology import Slot, allocate_slots, read_topology
 
 
 def new_sweep_id(name: str) -> str:
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     return f"{name}-{stamp}-{secrets.token_hex(2)}"
 
 
@@ -33,7 +33,11 @@ def run_id_for(sweep_id: str, arm_json: str, pass_index: int, profiled: bool = F
     """A run's identity: a hash of the sweep, the canonical arm and the pass
     (a profiled pass is a pass of its own); in a replicated fleet sweep, the
     host whose copy of the plan it belongs to."""
-    key = f"{sweep_id}\n{arm_json}\n{pass_index}" + ("\nprofiled" if profiled else "") + (f"\nhost={host}" if host else "")
+    key = (
+        f"{sweep_id}\n{arm_json}\n{pass_index}"
+        + ("\nprofiled" if profiled else "")
+        + (f"\nhost={host}" if host else "")
+    )
     return hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
@@ -69,7 +73,9 @@ class SlotOverride:
         try:
             return SlotRequest.model_validate(fields)
         except ValidationError as err:
-            problems = "; ".join(f"{_cli_flag(e['loc'])}: {e['msg'].removeprefix('Value error, ')}" for e in err.errors())
+            problems = "; ".join(
+                f"{_cli_flag(e['loc'])}: {e['msg'].removeprefix('Value error, ')}" for e in err.errors()
+            )
             raise OmniError(f"{self.describe()}: {problems}") from None
 
 
@@ -116,8 +122,10 @@ def plan_sweep(
     arms = [a for a in sweep.arms if a.name != dropped]
     rounds = [(p, arms, False) for p in range(passes)]
     profiled = [a for a in arms if a.profile is not None]
-    rounds += [(p, [a for a in profiled if p < a.profile.passes], True)
-               for p in range(max((a.profile.passes for a in profiled), default=0))]  # fmt: skip
+    rounds += [
+        (p, [a for a in profiled if p < a.profile.passes], True)
+        for p in range(max((a.profile.passes for a in profiled), default=0))
+    ]
     for pass_index, round_arms, is_profiled in rounds:
         round_arms = list(round_arms)
         rng.shuffle(round_arms)
@@ -139,7 +147,11 @@ def plan_sweep(
 
 
 def describe_plan(
-    items: list[PlanItem], slots: list[Slot], results_dir: Path, resources: dict[str, ArmResources], simulate: bool = False
+    items: list[PlanItem],
+    slots: list[Slot],
+    results_dir: Path,
+    resources: dict[str, ArmResources],
+    simulate: bool = False,
 ) -> list[dict]:
     """The exact command line, placement and environment of every planned run.
 

@@ -14,8 +14,13 @@ import time
 from dataclasses import dataclass, field, replace
 
 # the engine's phase marks (omni.engines.protocol), as a person reads them
-PHASE_WORDS = {"load": "loading", "loaded": "measuring", "profiling": "profiling", "steady": "holding for memory",
-               "done": "tearing down"}
+PHASE_WORDS = {
+    "load": "loading",
+    "loaded": "measuring",
+    "profiling": "profiling",
+    "steady": "holding for memory",
+    "done": "tearing down",
+}
 
 
 @dataclass(frozen=True)
@@ -92,6 +97,7 @@ def describe(live: list[Live], finished: list[Finished], planned: int, slots: in
     head = f"{len(finished)}/{planned} runs done" + (f", {failed} not ok" if failed else "")
     head += f", about {eta:.0f} s left" if eta is not None else ""
     lines = [head]
-    lines += [f"  slot {r.slot} (cpus {r.cpus}): {r.arm} pass {r.pass_index}, {r.phase}, {now - r.since:.0f} s"
-              for r in live]  # fmt: skip
+    lines += [
+        f"  slot {r.slot} (cpus {r.cpus}): {r.arm} pass {r.pass_index}, {r.phase}, {now - r.since:.0f} s" for r in live
+    ]
     return lines

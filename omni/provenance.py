@@ -22,23 +22,56 @@ from omni.topology import read_topology
 
 # ISA extensions that decide which kernels an inference engine can use
 # (oneDNN / llama.cpp pick AMX, AVX512-BF16, VNNI paths from these).
-ISA_FLAGS = frozenset({
-    "avx", "avx2", "fma", "f16c",
-    "avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512cd",
-    "avx512_vnni", "avx512_bf16", "avx512_fp16", "avx512vbmi", "avx_vnni",
-    "amx_tile", "amx_bf16", "amx_int8", "amx_fp16",
-})
+ISA_FLAGS = frozenset(
+    {
+        "avx",
+        "avx2",
+        "fma",
+        "f16c",
+        "avx512f",
+        "avx512bw",
+        "avx512dq",
+        "avx512vl",
+        "avx512cd",
+        "avx512_vnni",
+        "avx512_bf16",
+        "avx512_fp16",
+        "avx512vbmi",
+        "avx_vnni",
+        "amx_tile",
+        "amx_bf16",
+        "amx_int8",
+        "amx_fp16",
+    }
+)
 
 # Variables that change what an engine does or how fast it does it.
 ENV_PREFIXES = (
-    "VLLM_", "OMP_", "KMP_", "GOMP_", "MKL_", "OPENBLAS_", "ONEDNN_", "DNNL_",
-    "MALLOC_", "TCMALLOC_", "TORCH_", "PYTORCH_", "LLAMA_", "GGML_",
+    "VLLM_",
+    "OMP_",
+    "KMP_",
+    "GOMP_",
+    "MKL_",
+    "OPENBLAS_",
+    "ONEDNN_",
+    "DNNL_",
+    "MALLOC_",
+    "TCMALLOC_",
+    "TORCH_",
+    "PYTORCH_",
+    "LLAMA_",
+    "GGML_",
     "OMNI_FAULT_",  # a fault injected on purpose (omni.vllm_plugin.names.FAULT_HEAD_VAR)
 )
-ENV_NAMES = frozenset({
-    "LD_PRELOAD", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES",
-    "TOKENIZERS_PARALLELISM", "PYTHONHASHSEED",
-})
+ENV_NAMES = frozenset(
+    {
+        "LD_PRELOAD",
+        "LD_LIBRARY_PATH",
+        "CUDA_VISIBLE_DEVICES",
+        "TOKENIZERS_PARALLELISM",
+        "PYTHONHASHSEED",
+    }
+)
 # VLLM_API_KEY and friends match a prefix: record that they are set, not what.
 _SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD")
 REDACTED = "<redacted>"
@@ -53,7 +86,7 @@ def collect_harness(meta: dict[str, Any]) -> None:
         meta["harness_git_dirty"] = dirty
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _git_state(package_dir: Path) -> tuple[str | None, bool | None]:
     top = _git(package_dir, "rev-parse", "--show-toplevel")
     # An omni installed into a venv that sits inside some checkout would
@@ -69,9 +102,7 @@ def _git_state(package_dir: Path) -> tuple[str | None, bool | None]:
 
 def _git(cwd: Path, *args: str) -> str | None:
     try:
-        done = subprocess.run(
-            ["git", *args], cwd=cwd, capture_output=True, text=True, timeout=30, check=False
-        )
+        done = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=30, check=False)
     except (OSError, subprocess.TimeoutExpired):
         return None  # no git, or a hung network filesystem
     return done.stdout.strip() if done.returncode == 0 else None
@@ -155,7 +186,7 @@ def collect_env(meta: dict[str, Any], *, environ: Mapping[str, str] | None = Non
     meta["env_vars"] = behaviour_env(environ)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _static_provenance(root: str) -> dict[str, Any]:
     # Facts that cannot change while the process lives (git is read once:
     # the sweep records the checkout it started from).
@@ -168,9 +199,7 @@ def _static_provenance(root: str) -> dict[str, Any]:
     return meta
 
 
-def collect_host_provenance(
-    *, root: str | Path = "/", environ: Mapping[str, str] | None = None
-) -> dict[str, Any]:
+def collect_host_provenance(*, root: str | Path = "/", environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Everything the orchestrator knows about itself and its host, merged.
 
     Host facts are cached per process; the dict returned is always a fresh

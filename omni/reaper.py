@@ -91,7 +91,7 @@ class Watchdog:
         self.run_id, self.var = run_id, var
         self.proc: subprocess.Popen | None = None
 
-    def __enter__(self) -> "Watchdog":
+    def __enter__(self) -> Watchdog:
         env = {k: v for k, v in os.environ.items() if k not in (RUN_ID_VAR, SESSION_VAR)}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "omni.reaper", "--watch", f"{self.var}={self.run_id}"],

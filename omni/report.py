@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
-
 from dataclasses import asdict
+from pathlib import Path
 
 from omni.objstore import ResultsPath, results_root
 from omni.summary import Change, Judged, SweepComparison, SweepSummary, untrusted
@@ -40,15 +39,21 @@ def _verdict_text(judged: Judged) -> str:
 
 def summary_markdown(summary: SweepSummary) -> str:
     lines = [f"# sweep {summary.sweep_id}", ""]
-    lines.append(f"spec `{summary.sweep_name}`, baseline arm `{summary.baseline}`; "
-                 f"{summary.excluded} retracted run(s) left out.")  # fmt: skip
+    lines.append(
+        f"spec `{summary.sweep_name}`, baseline arm `{summary.baseline}`; {summary.excluded} retracted run(s) left out."
+    )
     if summary.profiled:
-        lines[-1] += (f" {summary.profiled} profiled run(s) kept out of the verdicts "
-                      f"(the profiler distorts timing): `omni ops {summary.sweep_id}` reads them.")  # fmt: skip
+        lines[-1] += (
+            f" {summary.profiled} profiled run(s) kept out of the verdicts "
+            f"(the profiler distorts timing): `omni ops {summary.sweep_id}` reads them."
+        )
     for arm in summary.arms:
         lines.append(f"- `{arm}`: {summary.ok[arm]} ok of {summary.runs[arm]} run(s)")
-    lines += ["", "| arm | metric | n | median | MAD | CV | 95% CI of median | min | max | vs baseline |",
-              "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines += [
+        "",
+        "| arm | metric | n | median | MAD | CV | 95% CI of median | min | max | vs baseline |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for arm in summary.arms:
         for metric in summary.metrics:
             cell = summary.cells[(arm, metric)]
@@ -60,21 +65,37 @@ def summary_markdown(summary: SweepSummary) -> str:
             if arm in summary.void:
                 verdict = f"VOID ({summary.void[arm].split(':')[1].strip()}): {verdict}"
             outliers = f" ({len(cell.outliers)} outlier(s))" if cell.outliers else ""
-            lines.append(f"| {arm} | {metric} | {cell.n}{outliers} | {_num(cell.median)} | {_num(cell.mad)} | {cv} "
-                         f"| {ci} | {_num(cell.min)} | {_num(cell.max)} | {verdict} |")  # fmt: skip
+            lines.append(
+                f"| {arm} | {metric} | {cell.n}{outliers} | {_num(cell.median)} | {_num(cell.mad)} | {cv} "
+                f"| {ci} | {_num(cell.min)} | {_num(cell.max)} | {verdict} |"
+            )
     if summary.control and not summary.hosts:  # a replicated sweep's control is judged per host, below
-        judged = [summary.judged[(summary.control, m)] for m in summary.metrics if (summary.control, m) in summary.judged]
+        judged = [
+            summary.judged[(summary.control, m)] for m in summary.metrics if (summary.control, m) in summary.judged
+        ]
         counts = {v: sum(1 for j in judged if j.comparison and j.comparison.verdict == v) for v in VERDICT_COLORS}
-        lines += ["", f"Live A/A control `{summary.control}` (a replica of `{summary.baseline}`, interleaved): "
-                  + ", ".join(f"{n} {v}" for v, n in counts.items() if n)
-                  + (f"; differs on {', '.join(summary.untrusted)}" if summary.untrusted else "; this host behaved")]
+        lines += [
+            "",
+            f"Live A/A control `{summary.control}` (a replica of `{summary.baseline}`, interleaved): "
+            + ", ".join(f"{n} {v}" for v, n in counts.items() if n)
+            + (f"; differs on {', '.join(summary.untrusted)}" if summary.untrusted else "; this host behaved"),
+        ]
     if summary.hosts:
-        lines += ["", f"Replicated on {len(summary.hosts)} hosts: the table pools their runs; each arm is judged "
-                  "against the baseline within each host (host as a blocking factor), and `vs baseline` says "
-                  "whether the effect holds on every host. Per host:"]  # fmt: skip
+        lines += [
+            "",
+            f"Replicated on {len(summary.hosts)} hosts: the table pools their runs; each arm is judged "
+            "against the baseline within each host (host as a blocking factor), and `vs baseline` says "
+            "whether the effect holds on every host. Per host:",
+        ]
         for host, part in summary.hosts.items():
-            lines += ["", f"## host {host}", "", *[f"- `{a}`: {part.ok[a]} ok of {part.runs[a]} run(s)" for a in part.arms],
-                      "", verdicts_markdown(part, summary.metrics).rstrip()]  # fmt: skip
+            lines += [
+                "",
+                f"## host {host}",
+                "",
+                *[f"- `{a}`: {part.ok[a]} ok of {part.runs[a]} run(s)" for a in part.arms],
+                "",
+                verdicts_markdown(part, summary.metrics).rstrip(),
+            ]
     lines += ["", "Provenance:"] + provenance_lines(summary.provenance)
     used = {}
     for arm, source in summary.calibrations.items():
@@ -83,8 +104,11 @@ def summary_markdown(summary: SweepSummary) -> str:
     lines += [f"- {', '.join(arms)}: {'none applies' if src == 'none' else src}" for src, arms in used.items()]
     lines += ["", "Smallest effect that matters (min_effect; equivalent = the interval inside +-min_effect):"]
     lines += [f"- {m}: {e:.1%} ({src})" for m, (e, src) in summary.min_effects.items()]
-    lines += ["", "Verdicts: Welch t interval of the ratio of geometric means on log run values, noise from "
-              "these runs (interleaved passes: drift cancels within the sweep)."]  # fmt: skip
+    lines += [
+        "",
+        "Verdicts: Welch t interval of the ratio of geometric means on log run values, noise from "
+        "these runs (interleaved passes: drift cancels within the sweep).",
+    ]
     extra = sorted({w for j in summary.judged.values() for w in j.warnings})
     if summary.warnings or extra:
         lines += ["", "Warnings:"] + [f"- {w}" for w in (*summary.warnings, *extra)]
@@ -99,13 +123,19 @@ def verdicts_markdown(summary: SweepSummary, metrics: tuple[str, ...] = HEADLINE
     headline metrics (every metric: omni summary), and the live control."""
     shown = [m for m in metrics if m in summary.metrics] or list(summary.metrics)
     hosts = f" on {', '.join(summary.hosts)}, within each host" if summary.hosts else ""
-    lines = [f"against the baseline `{summary.baseline}`{hosts} (every metric: omni summary {summary.sweep_id}):", "",
-             "| arm | " + " | ".join(shown) + " |", "|---|" + "---|" * len(shown)]  # fmt: skip
+    lines = [
+        f"against the baseline `{summary.baseline}`{hosts} (every metric: omni summary {summary.sweep_id}):",
+        "",
+        "| arm | " + " | ".join(shown) + " |",
+        "|---|" + "---|" * len(shown),
+    ]
     for arm in summary.arms:
         if arm == summary.baseline:
             continue
-        cells = [_verdict_text(summary.judged[(arm, m)]) + (" (untrustworthy)" if untrusted(summary, arm, m) else "")
-                 for m in shown]  # fmt: skip
+        cells = [
+            _verdict_text(summary.judged[(arm, m)]) + (" (untrustworthy)" if untrusted(summary, arm, m) else "")
+            for m in shown
+        ]
         lines.append(f"| {arm} | " + " | ".join(cells) + " |")
     if summary.untrusted:
         lines += ["", *[f"untrustworthy {m}: {why}" for m, why in summary.untrusted.items()]]
@@ -114,9 +144,11 @@ def verdicts_markdown(summary: SweepSummary, metrics: tuple[str, ...] = HEADLINE
 
 def provenance_lines(provenance: dict) -> list[str]:
     """One line for the sweep-wide facts, one per arm; lists are values that differed."""
+
     def show(facts: dict) -> str:
-        return ", ".join(f"{k} {', '.join(map(str, v)) if isinstance(v, list) else v}" for k, v in facts.items()
-                         if v is not None)  # fmt: skip
+        return ", ".join(
+            f"{k} {', '.join(map(str, v)) if isinstance(v, list) else v}" for k, v in facts.items() if v is not None
+        )
 
     lines = [f"- sweep: {show(provenance.get('sweep', {}))}"]
     lines += [f"- `{arm}`: {show(facts)}" for arm, facts in provenance.get("arms", {}).items()]
@@ -124,8 +156,7 @@ def provenance_lines(provenance: dict) -> list[str]:
 
 
 def comparison_markdown(result: SweepComparison) -> str:
-    lines = [f"# {result.after} against {result.before}", "",
-             f"{result.excluded} retracted run(s) left out.", ""]  # fmt: skip
+    lines = [f"# {result.after} against {result.before}", "", f"{result.excluded} retracted run(s) left out.", ""]
     for arm, change in result.config_changes.items():
         lines.append(f"- `{arm}` changed: {change}")
     lines += ["", "| arm | metric | n before | n after | verdict |", "|---|---|---|---|---|"]
@@ -133,10 +164,18 @@ def comparison_markdown(result: SweepComparison) -> str:
         c = judged.comparison
         n_before, n_after = (c.n_base, c.n_other) if c else ("-", "-")
         lines.append(f"| {arm} | {metric} | {n_before} | {n_after} | {_verdict_text(judged)} |")
-    drifts = sorted({(j.comparison.drift, result.drift_sources.get(key, "default"))
-                     for key, j in result.judged.items() if j.comparison})  # fmt: skip
-    lines += ["", "Two sweeps: each interval includes a between-sweep drift, which interleaving cannot cancel "
-              "across sweeps: " + "; ".join(f"{d:.2%} ({src})" for d, src in drifts) + "."]  # fmt: skip
+    drifts = sorted(
+        {
+            (j.comparison.drift, result.drift_sources.get(key, "default"))
+            for key, j in result.judged.items()
+            if j.comparison
+        }
+    )
+    lines += [
+        "",
+        "Two sweeps: each interval includes a between-sweep drift, which interleaving cannot cancel "
+        "across sweeps: " + "; ".join(f"{d:.2%} ({src})" for d, src in drifts) + ".",
+    ]
     extra = sorted({w for j in result.judged.values() for w in j.warnings})
     if extra:
         lines += ["", "Warnings:"] + [f"- {w}" for w in extra]
@@ -147,13 +186,20 @@ def changes_markdown(sweep_name: str, changes: list[Change], sweeps: list[str]) 
     lines = [f"# nightly changes of `{sweep_name}` over {len(sweeps)} sweep(s)", ""]
     if not changes:
         return "\n".join(lines + ["No regression or improvement beyond min_effect."]) + "\n"
-    lines += ["| sweep | arm | metric | kind | ratio to history [95 % CI] | drift | runs | history runs |",
-              "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines += [
+        "| sweep | arm | metric | kind | ratio to history [95 % CI] | drift | runs | history runs |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for c in changes:
-        lines.append(f"| {c.sweep_id} | {c.arm} | {c.metric} | {c.kind} | x{c.ratio:.3f} [{c.ci_low:.3f}, {c.ci_high:.3f}] "
-                     f"| {c.drift:.2%} ({c.drift_source}) | {', '.join(c.run_ids)} | {', '.join(c.history_run_ids)} |")  # fmt: skip
-    lines += ["", "Rule: each sweep's runs against the runs of the sweeps before it (Welch t on log run values, "
-              "the between-sweep drift added); a change is better/worse with its interval reaching past min_effect."]
+        lines.append(
+            f"| {c.sweep_id} | {c.arm} | {c.metric} | {c.kind} | x{c.ratio:.3f} [{c.ci_low:.3f}, {c.ci_high:.3f}] "
+            f"| {c.drift:.2%} ({c.drift_source}) | {', '.join(c.run_ids)} | {', '.join(c.history_run_ids)} |"
+        )
+    lines += [
+        "",
+        "Rule: each sweep's runs against the runs of the sweeps before it (Welch t on log run values, "
+        "the between-sweep drift added); a change is better/worse with its interval reaching past min_effect.",
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -163,23 +209,39 @@ def changes_markdown(sweep_name: str, changes: list[Change], sweeps: list[str]) 
 def as_json(summary: SweepSummary) -> dict:
     """A JSON-ready form of a summary (results/summaries/<sweep>.json)."""
     return {
-        "sweep_id": summary.sweep_id, "sweep_name": summary.sweep_name, "baseline": summary.baseline,
-        "excluded_retracted": summary.excluded, "profiled_runs": summary.profiled, "void": summary.void,
+        "sweep_id": summary.sweep_id,
+        "sweep_name": summary.sweep_name,
+        "baseline": summary.baseline,
+        "excluded_retracted": summary.excluded,
+        "profiled_runs": summary.profiled,
+        "void": summary.void,
         "warnings": list(summary.warnings),
         "floors": {m: {"floor": f, "source": s} for m, (f, s) in summary.floors.items()},
         "min_effects": {m: {"min_effect": e, "source": s} for m, (e, s) in summary.min_effects.items()},
-        "control": summary.control, "untrusted": summary.untrusted, "calibrations": summary.calibrations,
+        "control": summary.control,
+        "untrusted": summary.untrusted,
+        "calibrations": summary.calibrations,
         "provenance": summary.provenance,
-        "arms": {arm: {"runs": summary.runs[arm], "ok": summary.ok[arm],
-                       "metrics": {m: asdict(summary.cells[(arm, m)]) for m in summary.metrics}}
-                 for arm in summary.arms},
+        "arms": {
+            arm: {
+                "runs": summary.runs[arm],
+                "ok": summary.ok[arm],
+                "metrics": {m: asdict(summary.cells[(arm, m)]) for m in summary.metrics},
+            }
+            for arm in summary.arms
+        },
         "against_baseline": [
-            {"arm": arm, "metric": m, "refused": j.refused, "warnings": list(j.warnings),
-             **(asdict(j.comparison) if j.comparison else {})}
+            {
+                "arm": arm,
+                "metric": m,
+                "refused": j.refused,
+                "warnings": list(j.warnings),
+                **(asdict(j.comparison) if j.comparison else {}),
+            }
             for (arm, m), j in summary.judged.items()
         ],
         "hosts": {host: as_json(part) for host, part in summary.hosts.items()},
-    }  # fmt: skip
+    }
 
 
 # --- HTML (omni.report_html: matplotlib is imported only to draw it) ---
@@ -191,7 +253,9 @@ def html_report(summary: SweepSummary, history: dict | None = None) -> str:
     return draw(summary, history)
 
 
-def write_outputs(results: str | Path | ResultsPath, summary: SweepSummary, history: dict | None = None) -> dict[str, ResultsPath]:
+def write_outputs(
+    results: str | Path | ResultsPath, summary: SweepSummary, history: dict | None = None
+) -> dict[str, ResultsPath]:
     """results/summaries/<sweep>.{md,json,html}: derived views, regenerated on demand."""
     folder = results_root(results) / "summaries"
     folder.mkdir(parents=True, exist_ok=True)

@@ -20,8 +20,31 @@ from omni.summary import SweepSummary
 
 WIDTH_IN = 8.5  # inches at 96 dpi: about 820 px, the page's column
 # ratios a person reads at a glance, symmetric on a log axis (x0.8 and x1.25)
-RATIO_TICKS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 0.667, 0.8, 0.9, 0.95, 0.98, 1, 1.02, 1.05, 1.1, 1.25, 1.5, 2,
-               5, 10, 20, 50, 100)  # fmt: skip
+RATIO_TICKS = (
+    0.01,
+    0.02,
+    0.05,
+    0.1,
+    0.2,
+    0.5,
+    0.667,
+    0.8,
+    0.9,
+    0.95,
+    0.98,
+    1,
+    1.02,
+    1.05,
+    1.1,
+    1.25,
+    1.5,
+    2,
+    5,
+    10,
+    20,
+    50,
+    100,
+)
 
 
 def _pyplot():
@@ -30,8 +53,15 @@ def _pyplot():
     matplotlib.use("Agg")  # no display; also keeps a worker thread off any GUI
     import matplotlib.pyplot as plt
 
-    plt.rcParams.update({"svg.fonttype": "none", "font.size": 10, "axes.spines.top": False,
-                         "axes.spines.right": False, "figure.dpi": 96})  # fmt: skip
+    plt.rcParams.update(
+        {
+            "svg.fonttype": "none",
+            "font.size": 10,
+            "axes.spines.top": False,
+            "axes.spines.right": False,
+            "figure.dpi": 96,
+        }
+    )
     return plt
 
 
@@ -65,8 +95,11 @@ def spaced_ticks(low: float, high: float, most: int = 9) -> list[float]:
 def forest_svg(summary: SweepSummary) -> str:
     """Ratio (arm / baseline) with its 95 % interval per (arm, metric) on a log
     axis; the grey band of each row is its +-min_effect, the verdict its color."""
-    rows = [((arm, metric), j.comparison) for (arm, metric), j in summary.judged.items()
-            if j.comparison and j.comparison.ci_low]  # fmt: skip
+    rows = [
+        ((arm, metric), j.comparison)
+        for (arm, metric), j in summary.judged.items()
+        if j.comparison and j.comparison.ci_low
+    ]
     if not rows:
         return ""
     plt = _pyplot()
@@ -122,7 +155,9 @@ def trend_svg(points: list[tuple[str, float, float]], changes: set[str], title: 
     fig, ax = plt.subplots(figsize=(WIDTH_IN, 2.0))
     xs = list(range(len(points)))
     meds = [m for _, m, _ in points]
-    ax.fill_between(xs, [m * (1 - f) for _, m, f in points], [m * (1 + f) for _, m, f in points], color="#d0d7de", alpha=0.6, lw=0)
+    ax.fill_between(
+        xs, [m * (1 - f) for _, m, f in points], [m * (1 + f) for _, m, f in points], color="#d0d7de", alpha=0.6, lw=0
+    )
     ax.plot(xs, meds, color="#0969da", lw=1.5)
     for x, (sweep, m, _f) in zip(xs, points):
         ax.plot([x], [m], "o", color="#cf222e" if sweep in changes else "#0969da", ms=5)
@@ -144,11 +179,27 @@ def results_table(summary: SweepSummary) -> str:
             ci = f"[{_num(cell.ci_low)}, {_num(cell.ci_high)}]" if cell.ci_low is not None else "-"
             cv = f"{cell.cv:.1%}" if cell.cv is not None else "-"
             link = f'<a href="#metric-{html.escape(metric)}">{html.escape(metric)}</a>'
-            cells = [html.escape(arm), link, html.escape(COLUMNS_BY_NAME[metric].unit or ""), str(cell.n),
-                     _num(cell.median), _num(cell.mad), cv, ci, _num(cell.min), _num(cell.max), html.escape(verdict)]  # fmt: skip
+            cells = [
+                html.escape(arm),
+                link,
+                html.escape(COLUMNS_BY_NAME[metric].unit or ""),
+                str(cell.n),
+                _num(cell.median),
+                _num(cell.mad),
+                cv,
+                ci,
+                _num(cell.min),
+                _num(cell.max),
+                html.escape(verdict),
+            ]
             rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
-    return ('<table id="results"><thead><tr>' + "".join(f"<th>{h}</th>" for h in head) + "</tr></thead><tbody>"
-            + "".join(rows) + "</tbody></table>")  # fmt: skip
+    return (
+        '<table id="results"><thead><tr>'
+        + "".join(f"<th>{h}</th>" for h in head)
+        + "</tr></thead><tbody>"
+        + "".join(rows)
+        + "</tbody></table>"
+    )
 
 
 def provenance_table(summary: SweepSummary) -> str:
@@ -156,59 +207,95 @@ def provenance_table(summary: SweepSummary) -> str:
         return html.escape(", ".join(map(str, value)) if isinstance(value, list) else str(value))
 
     facts = summary.provenance or {}
-    rows = [f"<tr><th>{html.escape(k)}</th><td colspan=2>{show(v)}</td></tr>" for k, v in facts.get("sweep", {}).items()
-            if v is not None]  # fmt: skip
+    rows = [
+        f"<tr><th>{html.escape(k)}</th><td colspan=2>{show(v)}</td></tr>"
+        for k, v in facts.get("sweep", {}).items()
+        if v is not None
+    ]
     for arm, arm_facts in facts.get("arms", {}).items():
-        rows += [f"<tr><th>{html.escape(arm)}</th><td>{html.escape(k)}</td><td>{show(v)}</td></tr>"
-                 for k, v in arm_facts.items() if v is not None]  # fmt: skip
-    rows += [f"<tr><th>calibration</th><td>{html.escape(arm)}</td><td>{html.escape(src)}</td></tr>"
-             for arm, src in summary.calibrations.items()]  # fmt: skip
+        rows += [
+            f"<tr><th>{html.escape(arm)}</th><td>{html.escape(k)}</td><td>{show(v)}</td></tr>"
+            for k, v in arm_facts.items()
+            if v is not None
+        ]
+    rows += [
+        f"<tr><th>calibration</th><td>{html.escape(arm)}</td><td>{html.escape(src)}</td></tr>"
+        for arm, src in summary.calibrations.items()
+    ]
     return '<table id="provenance-table">' + "".join(rows) + "</table>"
 
 
 def html_report(summary: SweepSummary, history: dict | None = None) -> str:
     """``history``: {"points": {(arm, metric): [(sweep, median, floor)]}, "changes": [Change]}."""
-    sections = [("verdicts", "Against the baseline"), ("results-table", "Results per arm"),
-                ("distributions", "Per metric"), ("provenance", "Provenance")]  # fmt: skip
+    sections = [
+        ("verdicts", "Against the baseline"),
+        ("results-table", "Results per arm"),
+        ("distributions", "Per metric"),
+        ("provenance", "Provenance"),
+    ]
     trends = history and history.get("points")
     if trends:
         sections.insert(3, ("trends", "Nightly trend"))
-    body = [f"<h1>sweep {html.escape(summary.sweep_id)}</h1>",
-            f"<p>spec <code>{html.escape(summary.sweep_name)}</code>, baseline arm "
-            f"<code>{html.escape(str(summary.baseline))}</code>"
-            + (f", live A/A control <code>{html.escape(summary.control)}</code>" if summary.control else "")
-            + f"; {summary.excluded} retracted run(s) left out.</p>",
-            '<nav id="contents"><ul>' + "".join(f'<li><a href="#{i}">{t}</a></li>' for i, t in sections) + "</ul></nav>"]  # fmt: skip
+    body = [
+        f"<h1>sweep {html.escape(summary.sweep_id)}</h1>",
+        f"<p>spec <code>{html.escape(summary.sweep_name)}</code>, baseline arm "
+        f"<code>{html.escape(str(summary.baseline))}</code>"
+        + (f", live A/A control <code>{html.escape(summary.control)}</code>" if summary.control else "")
+        + f"; {summary.excluded} retracted run(s) left out.</p>",
+        '<nav id="contents"><ul>' + "".join(f'<li><a href="#{i}">{t}</a></li>' for i, t in sections) + "</ul></nav>",
+    ]
     if summary.warnings:
-        body.append('<ul class="warn" id="warnings">' + "".join(f"<li>{html.escape(w)}</li>" for w in summary.warnings) + "</ul>")
+        body.append(
+            '<ul class="warn" id="warnings">'
+            + "".join(f"<li>{html.escape(w)}</li>" for w in summary.warnings)
+            + "</ul>"
+        )
     legend = " ".join(f'<span style="color:{c}">&#9632; {v}</span>' for v, c in VERDICT_COLORS.items())
-    body += ['<section id="verdicts"><h2>Against the baseline</h2>',
-             f"<p>Welch t interval of the ratio of geometric means on log run values (each run the median of its "
-             f"iterations). {legend}</p>", f'<div id="forest">{forest_svg(summary)}</div></section>',
-             '<section id="results-table"><h2>Results per arm</h2>', results_table(summary), "</section>",
-             '<section id="distributions"><h2>Per metric</h2><p>Dots: runs; bar: median; thick line: the median\'s '
-             '95 % bootstrap interval.</p>']  # fmt: skip
+    body += [
+        '<section id="verdicts"><h2>Against the baseline</h2>',
+        f"<p>Welch t interval of the ratio of geometric means on log run values (each run the median of its "
+        f"iterations). {legend}</p>",
+        f'<div id="forest">{forest_svg(summary)}</div></section>',
+        '<section id="results-table"><h2>Results per arm</h2>',
+        results_table(summary),
+        "</section>",
+        '<section id="distributions"><h2>Per metric</h2><p>Dots: runs; bar: median; thick line: the median\'s '
+        "95 % bootstrap interval.</p>",
+    ]
     for metric in summary.metrics:
         effect, source = summary.min_effects[metric]
-        body += [f'<div class="metric" id="metric-{html.escape(metric)}"><h3>{html.escape(unit_of(metric))} '
-                 f"<small>min_effect {effect:.1%} ({html.escape(source)}) · "
-                 f'<a href="#results-table">table</a></small></h3>', distribution_svg(summary, metric), "</div>"]  # fmt: skip
+        body += [
+            f'<div class="metric" id="metric-{html.escape(metric)}"><h3>{html.escape(unit_of(metric))} '
+            f"<small>min_effect {effect:.1%} ({html.escape(source)}) · "
+            f'<a href="#results-table">table</a></small></h3>',
+            distribution_svg(summary, metric),
+            "</div>",
+        ]
     body.append("</section>")
     if trends:
         flagged: dict = {}
         for c in history["changes"]:
             flagged.setdefault((c.arm, c.metric), set()).add(c.sweep_id)
-        body.append('<section id="trends"><h2>Nightly trend</h2><p>Per-sweep medians of this spec; band: ±noise; '
-                    "red: a flagged change.</p>")  # fmt: skip
+        body.append(
+            '<section id="trends"><h2>Nightly trend</h2><p>Per-sweep medians of this spec; band: ±noise; '
+            "red: a flagged change.</p>"
+        )
         for (arm, metric), points in sorted(history["points"].items()):
             body.append(trend_svg(points, flagged.get((arm, metric), set()), f"{arm} · {metric}", metric))
         body.append("</section>")
-    body += ['<section id="provenance"><h2>Provenance</h2>', provenance_table(summary), "</section>",
-             f'<script type="application/json" id="summary">{html.escape(json.dumps(as_json(summary), default=str))}</script>']  # fmt: skip
-    style = ("body{font-family:system-ui,sans-serif;margin:24px;color:#24292f;background:#fff;max-width:900px}"
-             "table{border-collapse:collapse;font-size:12px}td,th{border-bottom:1px solid #d0d7de;padding:2px 6px;"
-             "text-align:left}.warn{color:#9a6700}svg{max-width:100%;height:auto}nav ul{display:flex;gap:16px;"
-             "list-style:none;padding:0}")  # fmt: skip
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>omni {html.escape(summary.sweep_id)}</title>"
-            f"<style>{style}</style></head><body>{''.join(body)}</body></html>\n")  # fmt: skip
-
+    body += [
+        '<section id="provenance"><h2>Provenance</h2>',
+        provenance_table(summary),
+        "</section>",
+        f'<script type="application/json" id="summary">{html.escape(json.dumps(as_json(summary), default=str))}</script>',
+    ]
+    style = (
+        "body{font-family:system-ui,sans-serif;margin:24px;color:#24292f;background:#fff;max-width:900px}"
+        "table{border-collapse:collapse;font-size:12px}td,th{border-bottom:1px solid #d0d7de;padding:2px 6px;"
+        "text-align:left}.warn{color:#9a6700}svg{max-width:100%;height:auto}nav ul{display:flex;gap:16px;"
+        "list-style:none;padding:0}"
+    )
+    return (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>omni {html.escape(summary.sweep_id)}</title>"
+        f"<style>{style}</style></head><body>{''.join(body)}</body></html>\n"
+    )

@@ -13,7 +13,7 @@ from __future__ import annotations
 import getpass
 import secrets
 import socket
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pandas as pd
@@ -21,18 +21,31 @@ import pyarrow as pa
 
 from omni.errors import OmniError
 from omni.objstore import SCHEME, ResultsPath, S3Path, results_root
-from omni.store import compacted_parts, consolidated_files, held_parts, load_runs, part_name, read_parquet, run_file_of, run_files, stored_run_ids, write_once
+from omni.store import (
+    compacted_parts,
+    consolidated_files,
+    held_parts,
+    load_runs,
+    part_name,
+    read_parquet,
+    run_file_of,
+    run_files,
+    stored_run_ids,
+    write_once,
+)
 
-SCHEMA = pa.schema([
-    ("retraction_id", pa.string()),
-    ("target_kind", pa.string()),  # run | sweep | file
-    ("target", pa.string()),
-    ("run_ids", pa.list_(pa.string())),
-    ("reason", pa.string()),
-    ("superseded_by", pa.string()),
-    ("retracted_at", pa.timestamp("us", tz="UTC")),
-    ("retracted_by", pa.string()),
-])  # fmt: skip
+SCHEMA = pa.schema(
+    [
+        ("retraction_id", pa.string()),
+        ("target_kind", pa.string()),  # run | sweep | file
+        ("target", pa.string()),
+        ("run_ids", pa.list_(pa.string())),
+        ("reason", pa.string()),
+        ("superseded_by", pa.string()),
+        ("retracted_at", pa.timestamp("us", tz="UTC")),
+        ("retracted_by", pa.string()),
+    ]
+)
 
 
 def retractions_dir(results: str | Path | ResultsPath) -> ResultsPath:
@@ -84,13 +97,18 @@ def retract(
         return None
     if superseded_by is not None:
         resolve_target(results, superseded_by)  # must exist: a pointer to nothing helps no one
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     rid = f"{now:%Y%m%dT%H%M%S}-{secrets.token_hex(3)}"
     row = {
-        "retraction_id": rid, "target_kind": kind, "target": canonical, "run_ids": run_ids,
-        "reason": reason.strip(), "superseded_by": superseded_by, "retracted_at": now,
+        "retraction_id": rid,
+        "target_kind": kind,
+        "target": canonical,
+        "run_ids": run_ids,
+        "reason": reason.strip(),
+        "superseded_by": superseded_by,
+        "retracted_at": now,
         "retracted_by": f"{getpass.getuser()}@{socket.gethostname()}",
-    }  # fmt: skip
+    }
     # never replaces an existing retraction
     return write_once(retractions_dir(results) / f"{rid}.parquet", pa.Table.from_pylist([row], schema=SCHEMA))
 

@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import collections
 import json
-import re
 import os
+import re
 import signal
 import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -30,16 +30,16 @@ from omni.errors import naming
 from omni.iterations import run_metrics
 from omni.mempolicy import describe_nodes, node_list
 from omni.objstore import ResultsPath, local_scratch
-from omni.progress import BOARD
 from omni.ops import head_rule, read_torch_trace
 from omni.placement import REMOTE_WARN_LOCAL, explain_busy, measure_busy, numactl_path, pin_argv, verify_binding
+from omni.progress import BOARD
 from omni.provenance import behaviour_env, merge_engine_provenance
 from omni.reaper import RUN_ID_VAR, Watchdog, reap_run
 from omni.resources import ArmResources, env_name
 from omni.sampler import TreeSampler, summarize
 from omni.spec import Arm, arm_hash, canonical_arm_json
-from omni.vllm_plugin import names as vllm_names
 from omni.topology import Slot, format_cpulist
+from omni.vllm_plugin import names as vllm_names
 
 if TYPE_CHECKING:
     from omni.plan import SlotOverride  # plan imports this module
@@ -103,9 +103,14 @@ def engine_arm_payload(item: PlanItem, res: ArmResources, workdir: Path) -> dict
 
 def engine_argv(item: PlanItem, workdir: Path, python: str, simulate: bool = False) -> tuple[list[str], str]:
     argv = [
-        python, "-m", f"omni.engines.{item.arm.engine}",
-        "--arm", str(workdir / "arm.json"), "--out", str(workdir / "result.json"),
-    ]  # fmt: skip
+        python,
+        "-m",
+        f"omni.engines.{item.arm.engine}",
+        "--arm",
+        str(workdir / "arm.json"),
+        "--out",
+        str(workdir / "result.json"),
+    ]
     return (argv, "none") if simulate else pin_argv(item.slot, argv, numactl_path())
 
 
@@ -238,7 +243,7 @@ class EngineProcess:
         self.argv, self.env, self.run_id, self.log_path = argv, env, run_id, log_path
         self.leftovers: set[int] = set()
 
-    def __enter__(self) -> "EngineProcess":
+    def __enter__(self) -> EngineProcess:
         RUNS.enter(self.run_id)
         try:
             self._start()
@@ -251,9 +256,13 @@ class EngineProcess:
         self.watchdog = Watchdog(self.run_id).__enter__()
         self.started = time.monotonic()
         self.proc = subprocess.Popen(
-            self.argv, env=self.env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
+            self.argv,
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         self.sampler = TreeSampler(self.proc.pid).start()
         self.reader = LogReader(self.proc.stdout, self.log_path, self.sampler, self.run_id)
         self.reader.start()
@@ -318,7 +327,7 @@ def run_workdir(results_dir: Path | ResultsPath, item: PlanItem) -> Path:
 
 
 def now_utc() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def patches_list(arm: Arm) -> list[str]:
@@ -335,22 +344,43 @@ def base_row(ctx: RunContext, item: PlanItem) -> dict:
     params = arm.engine_params()
     return {
         **ctx.provenance,
-        "run_id": item.run_id, "sweep_id": item.sweep_id, "sweep_name": item.sweep_name,
-        "arm": arm.name, "pass_index": item.pass_index, "order_index": item.order_index,
-        "attempt": item.attempt, "forced": False, "profiled": item.profiled,
-        "engine": arm.engine, "engine_env": env_name(arm), "model": arm.model,
+        "run_id": item.run_id,
+        "sweep_id": item.sweep_id,
+        "sweep_name": item.sweep_name,
+        "arm": arm.name,
+        "pass_index": item.pass_index,
+        "order_index": item.order_index,
+        "attempt": item.attempt,
+        "forced": False,
+        "profiled": item.profiled,
+        "engine": arm.engine,
+        "engine_env": env_name(arm),
+        "model": arm.model,
         "mmap": params.model_dump().get("mmap"),
-        "dtype": arm.dtype, "quantization": arm.quantization, "kv_cache_bytes": arm.kv_cache_bytes,
-        "context_len": arm.context_len, "prompt_len": arm.prompt_len, "max_tokens": arm.max_tokens,
-        "batch_size": arm.batch_size, "prompt_seed": arm.prompt_seed, "threads": arm.threads or len(item.slot.cpus),
-        "compile_mode": arm.compile_mode, "patches": patches_list(arm),
-        "env_overrides": dict(arm.env), "engine_params": params.model_dump(mode="json"),
-        "arm_json": canonical_arm_json(arm), "arm_hash": arm_hash(arm),
-        "slot_index": item.slot.index, "numa_node": item.slot.node,
-        "cpus": list(item.slot.cpus), "membind": list(item.slot.mems), "straddle": len(item.slot.mems) > 1,
+        "dtype": arm.dtype,
+        "quantization": arm.quantization,
+        "kv_cache_bytes": arm.kv_cache_bytes,
+        "context_len": arm.context_len,
+        "prompt_len": arm.prompt_len,
+        "max_tokens": arm.max_tokens,
+        "batch_size": arm.batch_size,
+        "prompt_seed": arm.prompt_seed,
+        "threads": arm.threads or len(item.slot.cpus),
+        "compile_mode": arm.compile_mode,
+        "patches": patches_list(arm),
+        "env_overrides": dict(arm.env),
+        "engine_params": params.model_dump(mode="json"),
+        "arm_json": canonical_arm_json(arm),
+        "arm_hash": arm_hash(arm),
+        "slot_index": item.slot.index,
+        "numa_node": item.slot.node,
+        "cpus": list(item.slot.cpus),
+        "membind": list(item.slot.mems),
+        "straddle": len(item.slot.mems) > 1,
         "slots_override": ctx.slots_override.describe() if ctx.slots_override else None,
-        "warnings": [], "warning_rules": [],
-    }  # fmt: skip
+        "warnings": [],
+        "warning_rules": [],
+    }
 
 
 KV_ENGINES = ("vllm", "llamacpp")
@@ -360,11 +390,21 @@ def validity_rules(arm: Arm) -> list[tuple[str, str]]:
     """Named reasons to doubt an arm's numbers before it even runs."""
     found = []
     if arm.engine in KV_ENGINES and arm.context_len is None:
-        found.append(("context_len_unset", "context_len is unset: the engine sizes its KV cache by its own default, "
-                      "allocated and never touched, so memory numbers mean nothing; set context_len"))  # fmt: skip
+        found.append(
+            (
+                "context_len_unset",
+                "context_len is unset: the engine sizes its KV cache by its own default, "
+                "allocated and never touched, so memory numbers mean nothing; set context_len",
+            )
+        )
     if arm.prompt_len <= 1:
-        found.append(("prompt_len_le_1", f"prompt_len={arm.prompt_len}: a profile of an empty attention cache, "
-                      "not of attention over a prompt; use prompt_len >= 2"))  # fmt: skip
+        found.append(
+            (
+                "prompt_len_le_1",
+                f"prompt_len={arm.prompt_len}: a profile of an empty attention cache, "
+                "not of attention over a prompt; use prompt_len >= 2",
+            )
+        )
     return found
 
 
@@ -418,8 +458,12 @@ def fill_outcome(row: dict, proc: EngineProcess, finished_in_time: bool, timeout
         warn(row, "leftover_processes", f"engine left process(es) {pids} behind; killed them")
     if proc.reader.write_error is not None:
         error = proc.reader.write_error
-        warn(row, "log_incomplete", f"the engine's log {proc.log_path} is incomplete ({error.strerror or error}); "
-             "its last lines are in stderr_tail")  # fmt: skip
+        warn(
+            row,
+            "log_incomplete",
+            f"the engine's log {proc.log_path} is incomplete ({error.strerror or error}); "
+            "its last lines are in stderr_tail",
+        )
     result = read_result(workdir / "result.json")
     if not finished_in_time:
         row.update(status="timeout", error=f"no result within timeout_s={timeout_s:g}; killed the run's processes")
@@ -429,7 +473,11 @@ def fill_outcome(row: dict, proc: EngineProcess, finished_in_time: bool, timeout
         # active exception"). The numbers stand; the row says what happened.
         row["status"] = "ok"
         fill_metrics(row, proc, result)
-        warn(row, "teardown_crash", f"{describe_exit(proc.proc.returncode)} after writing its result: {failure_reason(list(proc.reader.tail))}")
+        warn(
+            row,
+            "teardown_crash",
+            f"{describe_exit(proc.proc.returncode)} after writing its result: {failure_reason(list(proc.reader.tail))}",
+        )
     elif proc.proc.returncode != 0:
         reason = failure_reason(list(proc.reader.tail))
         row.update(status="failed", error=f"{describe_exit(proc.proc.returncode)}: {reason}".rstrip(": "))
@@ -472,9 +520,11 @@ def fill_audits(row: dict, per_iteration: list[dict], fresh: dict | None) -> Non
     row["tokens_mismatch_iterations"] = tokens.mismatched
     if tokens.mismatched:
         iteration, asked, got = tokens.first
-        message = (f"tokens_mismatch: in {tokens.mismatched} of {len(per_iteration)} timed iteration(s) a sequence "
-                   f"generated other than max_tokens; first in iteration {iteration}: asked {asked} per sequence, "
-                   f"got {list(got)}")  # fmt: skip
+        message = (
+            f"tokens_mismatch: in {tokens.mismatched} of {len(per_iteration)} timed iteration(s) a sequence "
+            f"generated other than max_tokens; first in iteration {iteration}: asked {asked} per sequence, "
+            f"got {list(got)}"
+        )
         warn(row, "tokens_mismatch", message)
         if row["status"] == "ok":
             row.update(status="invalid", error=message)
@@ -483,10 +533,14 @@ def fill_audits(row: dict, per_iteration: list[dict], fresh: dict | None) -> Non
     row["audit_fresh_ttft_ms"] = fresh_ms
     row["audit_repeat_ttft_ratio"], row["audit_repeat_ttft_cv"] = repeats.ratio, repeats.cv
     if repeats.faster and not (row.get("engine_params") or {}).get("prefix_caching"):
-        warn(row, "repeat_faster", f"repeat_faster: timed iterations 1..{len(per_iteration) - 1} took x{repeats.ratio:.2f} "
-             f"the time to first token of their first sight (iteration 0, or fresh prompts after them; below "
-             f"x{repeats.threshold:.2f}, noise {repeats.cv:.1%}): a cache served the repeats, so TTFT and prefill "
-             "rates measure cache hits")  # fmt: skip
+        warn(
+            row,
+            "repeat_faster",
+            f"repeat_faster: timed iterations 1..{len(per_iteration) - 1} took x{repeats.ratio:.2f} "
+            f"the time to first token of their first sight (iteration 0, or fresh prompts after them; below "
+            f"x{repeats.threshold:.2f}, noise {repeats.cv:.1%}): a cache served the repeats, so TTFT and prefill "
+            "rates measure cache hits",
+        )
 
 
 def fill_profile(row: dict, profile: dict) -> None:
@@ -508,32 +562,53 @@ def fill_profile(row: dict, profile: dict) -> None:
     if why:
         row.update(status="invalid", error=why)
 
+
 def fill_binding(row: dict, proc: EngineProcess, item: PlanItem, method: str) -> None:
     sampler = proc.sampler
     seen = {**sampler.seen, **{f"{pid}/{tid}": t for (pid, tid), t in sampler.threads_seen.items()}}
     check = verify_binding(seen, item.slot, membind_expected=method == "numactl", numa=sampler.numa_seen)
     row.update(
-        binding_method=method, binding_ok=check.ok, binding_procs_checked=check.procs_checked,
-        cpus_allowed_seen=check.cpus_seen, mems_allowed_seen=check.mems_seen,
-        threads_checked=len(sampler.threads_seen), mempolicies_seen=check.policies_seen,
-        mem_anon_kib_by_node=node_list(check.anon_kib_by_node), mem_file_kib_by_node=node_list(check.file_kib_by_node),
-        mem_local_fraction=check.local_fraction, mem_file_local_fraction=check.file_local_fraction,
-        numa_by_proc=check.per_process, numa_maps_reads=sampler.numa_reads, numa_maps_cpu_ms=sampler.numa_cpu_s * 1000,
-    )  # fmt: skip
+        binding_method=method,
+        binding_ok=check.ok,
+        binding_procs_checked=check.procs_checked,
+        cpus_allowed_seen=check.cpus_seen,
+        mems_allowed_seen=check.mems_seen,
+        threads_checked=len(sampler.threads_seen),
+        mempolicies_seen=check.policies_seen,
+        mem_anon_kib_by_node=node_list(check.anon_kib_by_node),
+        mem_file_kib_by_node=node_list(check.file_kib_by_node),
+        mem_local_fraction=check.local_fraction,
+        mem_file_local_fraction=check.file_local_fraction,
+        numa_by_proc=check.per_process,
+        numa_maps_reads=sampler.numa_reads,
+        numa_maps_cpu_ms=sampler.numa_cpu_s * 1000,
+    )
     if method == "numactl" and not check.memory_checked and row["status"] == "ok":
-        warn(row, "memory_policy_unverified", "no /proc/PID/numa_maps could be read for the run's processes: "
-             "the memory binding was applied by numactl but not verified (kernel without CONFIG_NUMA?)")  # fmt: skip
+        warn(
+            row,
+            "memory_policy_unverified",
+            "no /proc/PID/numa_maps could be read for the run's processes: "
+            "the memory binding was applied by numactl but not verified (kernel without CONFIG_NUMA?)",
+        )
     if check.local_fraction is not None and check.local_fraction < REMOTE_WARN_LOCAL:
-        warn(row, "remote_memory", f"only {check.local_fraction:.0%} of the tree's anonymous memory sits on the slot's "
-             f"node(s) {format_cpulist(item.slot.mems)} ({describe_nodes(check.anon_kib_by_node)}): its memory "
-             "mostly lives off its node, so its speed is that of remote memory")  # fmt: skip
+        warn(
+            row,
+            "remote_memory",
+            f"only {check.local_fraction:.0%} of the tree's anonymous memory sits on the slot's "
+            f"node(s) {format_cpulist(item.slot.mems)} ({describe_nodes(check.anon_kib_by_node)}): its memory "
+            "mostly lives off its node, so its speed is that of remote memory",
+        )
     unread = sampler.numa_not_steady()
     row["numa_steady_missing"] = None if unread is None else len(unread)
     if unread:
         names = ", ".join(f"{p.name} ({p.pid})" for p in unread)
-        warn(row, "numa_not_steady", f"{len(unread)} process(es) got no numa_maps read in steady state ({names}): "
-             "their memory per node (mem_anon_kib_by_node, mem_local_fraction) is from an earlier read, perhaps "
-             "before they touched their memory; the steady window was too short for this host to read them")  # fmt: skip
+        warn(
+            row,
+            "numa_not_steady",
+            f"{len(unread)} process(es) got no numa_maps read in steady state ({names}): "
+            "their memory per node (mem_anon_kib_by_node, mem_local_fraction) is from an earlier read, perhaps "
+            "before they touched their memory; the steady window was too short for this host to read them",
+        )
     if sampler.error and row["status"] == "ok":
         row.update(status="invalid", error=sampler.error)
     if check.violations and row["status"] == "ok":
@@ -547,12 +622,16 @@ def run_arm(ctx: RunContext, item: PlanItem) -> dict:
     for rule, message in validity_rules(item.arm):
         warn(row, rule, message)
     res = ctx.resources.get(item.arm.name) or ArmResources(error=f"arm {item.arm.name!r} was never resolved")
-    row.update(model_digest=res.model_digest, engine_env_key=res.env_key, engine_env_freeze_sha256=res.env_freeze_sha256)
+    row.update(
+        model_digest=res.model_digest, engine_env_key=res.env_key, engine_env_freeze_sha256=res.env_freeze_sha256
+    )
     if res.error:
         row.update(status="invalid", error=res.error, finished_at=now_utc())
         return row
     if ctx.simulate_placement:
-        warn(row, "placement_simulated", "placement planned from another host's topology (a sysfs fixture): not applied")
+        warn(
+            row, "placement_simulated", "placement planned from another host's topology (a sysfs fixture): not applied"
+        )
     elif not check_busy(ctx, item, row):
         row["finished_at"] = now_utc()
         return row

@@ -255,7 +255,7 @@ class TreeSampler:
         self.error: str | None = None
         self._thread = threading.Thread(target=self._loop, name=f"sampler-{self.root_pid}", daemon=True)
 
-    def start(self) -> "TreeSampler":
+    def start(self) -> TreeSampler:
         self._thread.start()
         return self
 
@@ -352,7 +352,9 @@ class TreeSampler:
             for tid in tids:
                 status = read_status(f"{pid}/task/{tid}")
                 if status:
-                    cpus, mems = self._binding(pid, status.get("Cpus_allowed_list", ""), status.get("Mems_allowed_list", ""))
+                    cpus, mems = self._binding(
+                        pid, status.get("Cpus_allowed_list", ""), status.get("Mems_allowed_list", "")
+                    )
                     self.threads_seen[(pid, int(tid))] = ProcessSeen(int(tid), status.get("Name", "?"), cpus, mems)
 
     def _binding(self, pid: int, cpus: str, mems: str) -> tuple[list[int], list[int]]:

@@ -188,7 +188,7 @@ def seaweedfs_argv(env: dict[str, str], path: Path = COMPOSE) -> list[str]:
 def _host_path(value: str) -> str:
     for inside, outside in S3_HOST_PATHS.items():
         if value == inside or value.startswith(inside + "/"):
-            return str(outside) + value[len(inside):]
+            return str(outside) + value[len(inside) :]
     return value
 
 
@@ -198,8 +198,10 @@ def s3_identities(env: dict[str, str], path: Path = COMPOSE) -> dict:
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise OmniError(f"the S3 identity is not JSON ({exc}): are there quotes or backslashes in the "
-                        f"AWS_ACCESS_KEY_ID or AWS_SECRET_ACCESS_KEY of {ENV_FILE.name}?") from exc  # fmt: skip
+        raise OmniError(
+            f"the S3 identity is not JSON ({exc}): are there quotes or backslashes in the "
+            f"AWS_ACCESS_KEY_ID or AWS_SECRET_ACCESS_KEY of {ENV_FILE.name}?"
+        ) from exc
 
 
 def create_bucket(s3: dict[str, str], timeout_s: float = 60) -> None:
@@ -208,8 +210,12 @@ def create_bucket(s3: dict[str, str], timeout_s: float = 60) -> None:
     import s3fs  # slow to import; only the stack and the worker's start need it
     from botocore.exceptions import BotoCoreError  # connection refused, say; s3fs passes them on
 
-    fs = s3fs.S3FileSystem(key=s3["access_key"], secret=s3["secret_key"], skip_instance_cache=True,
-                           client_kwargs={"endpoint_url": s3["endpoint_url"], "region_name": s3["region"]})  # fmt: skip
+    fs = s3fs.S3FileSystem(
+        key=s3["access_key"],
+        secret=s3["secret_key"],
+        skip_instance_cache=True,
+        client_kwargs={"endpoint_url": s3["endpoint_url"], "region_name": s3["region"]},
+    )
     deadline = time.monotonic() + timeout_s
     while True:
         try:
@@ -218,8 +224,10 @@ def create_bucket(s3: dict[str, str], timeout_s: float = 60) -> None:
         except FileExistsError:
             return
         except PermissionError as exc:
-            raise OmniError(f"S3 at {s3['endpoint_url']} refused the credentials of {ENV_FILE.name} ({exc}): "
-                            "is another server on that port?") from exc  # fmt: skip
+            raise OmniError(
+                f"S3 at {s3['endpoint_url']} refused the credentials of {ENV_FILE.name} ({exc}): "
+                "is another server on that port?"
+            ) from exc
         except (OSError, BotoCoreError) as exc:
             if time.monotonic() > deadline:
                 raise OmniError(f"could not create bucket {s3['bucket']} at {s3['endpoint_url']}: {exc}") from exc
@@ -334,14 +342,23 @@ def up(timeout_s: float = 120) -> str:
         _write_private(S3_HOST_PATHS["/etc/seaweedfs/s3.json"], json.dumps(s3_identities(env)))
         S3_HOST_PATHS["/data"].mkdir(parents=True, exist_ok=True)
         weed = _start("seaweedfs", "seaweedfs_pid", seaweedfs_argv(env), service_env("seaweedfs", env))
-        starting.append(("seaweedfs", f"S3 at {s3['endpoint_url']}", weed,
-                         lambda: healthy(s3["endpoint_url"], S3_HEALTH)))  # fmt: skip
+        starting.append(
+            ("seaweedfs", f"S3 at {s3['endpoint_url']}", weed, lambda: healthy(s3["endpoint_url"], S3_HEALTH))
+        )
     if not healthy(url):
-        prefect = [str(Path(sys.executable).with_name("prefect")), "server", "start", "--host",
-                   settings["PREFECT_SERVER_API_HOST"], "--port", settings["PREFECT_SERVER_API_PORT"]]  # fmt: skip
+        prefect = [
+            str(Path(sys.executable).with_name("prefect")),
+            "server",
+            "start",
+            "--host",
+            settings["PREFECT_SERVER_API_HOST"],
+            "--port",
+            settings["PREFECT_SERVER_API_PORT"],
+        ]
         server = _start("prefect-server", "server_pid", prefect, {**settings, "PREFECT_API_URL": url})
-        starting.append(("prefect-server", f"prefect server at {url} ({database_url(settings)})", server,
-                         lambda: healthy(url)))  # fmt: skip
+        starting.append(
+            ("prefect-server", f"prefect server at {url} ({database_url(settings)})", server, lambda: healthy(url))
+        )
     deadline = time.monotonic() + timeout_s
     try:
         for name, what, started, ready in starting:
@@ -367,8 +384,14 @@ def _start(name: str, pid_key: str, argv: list[str], env: dict[str, str]) -> tup
     STATE_DIR.mkdir(exist_ok=True)
     with (STATE_DIR / f"{name}.log").open("ab") as log:  # the server keeps its own descriptor
         offset = log.tell()
-        server = subprocess.Popen(argv, env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT,
-                                  stdin=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+        server = subprocess.Popen(
+            argv,
+            env={**os.environ, **env},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
     _SERVERS[server.pid] = server
     state = _state()
     state[pid_key] = server.pid

@@ -137,9 +137,14 @@ def bootstrap_median_ci(values: np.ndarray, confidence: float = 0.95, seed: int 
         med = float(np.median(values))
         return med, med
     res = sps.bootstrap(
-        (values,), np.median, confidence_level=confidence, n_resamples=RESAMPLES,
-        method="percentile", random_state=np.random.default_rng(seed), vectorized=True,
-    )  # fmt: skip
+        (values,),
+        np.median,
+        confidence_level=confidence,
+        n_resamples=RESAMPLES,
+        method="percentile",
+        random_state=np.random.default_rng(seed),
+        vectorized=True,
+    )
     return float(res.confidence_interval.low), float(res.confidence_interval.high)
 
 
@@ -149,9 +154,16 @@ def summarize(values: Iterable[float | None], confidence: float = 0.95, seed: in
         return Summary(0, None, None, None, None, None, None, None)
     low, high = bootstrap_median_ci(real, confidence, seed) if real.size >= 2 else (None, None)
     return Summary(
-        n=int(real.size), median=float(np.median(real)), mad=mad(real), cv=robust_cv(real),
-        ci_low=low, ci_high=high, min=float(real.min()), max=float(real.max()), outliers=outliers(real),
-    )  # fmt: skip
+        n=int(real.size),
+        median=float(np.median(real)),
+        mad=mad(real),
+        cv=robust_cv(real),
+        ci_low=low,
+        ci_high=high,
+        min=float(real.min()),
+        max=float(real.max()),
+        outliers=outliers(real),
+    )
 
 
 # --- an arm against the baseline ---
@@ -233,8 +245,9 @@ def compare(
     b, o = b[b > 0], o[o > 0]
     if b.size < 2 or o.size < 2:
         ratio = float(np.median(o) / np.median(b)) if b.size and o.size else None
-        return Comparison(int(b.size), int(o.size), ratio, None, None, min_effect, None, drift, "inconclusive",
-                          passes_needed=3)  # fmt: skip
+        return Comparison(
+            int(b.size), int(o.size), ratio, None, None, min_effect, None, drift, "inconclusive", passes_needed=3
+        )
     diff, half, noise, _ = welch_log_interval(b, o, confidence, drift, within)
     noise = max(noise, math.sqrt(max(within)))
     ratio, low, high = math.exp(diff), math.exp(diff - half), math.exp(diff + half)
@@ -268,9 +281,11 @@ def within_run_variance(sd_logs: Sequence[float | None], iterations: Sequence[fl
     """The variance of one run's (log) median that its own iterations imply,
     averaged over runs: (pi/2) sd^2 / k for k iterations of log-sd sd (the
     median's efficiency for normal data). 0 where no run has 2 iterations."""
-    parts = [MEDIAN_EFFICIENCY**2 * float(sd) ** 2 / float(k)
-             for sd, k in zip(sd_logs, iterations)
-             if sd is not None and k is not None and not math.isnan(float(sd)) and float(k) >= 2]  # fmt: skip
+    parts = [
+        MEDIAN_EFFICIENCY**2 * float(sd) ** 2 / float(k)
+        for sd, k in zip(sd_logs, iterations)
+        if sd is not None and k is not None and not math.isnan(float(sd)) and float(k) >= 2
+    ]
     return sum(parts) / len(parts) if parts else 0.0
 
 

@@ -23,7 +23,7 @@ import sys
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NoReturn
 
@@ -111,8 +111,13 @@ COLUMNS: tuple[Column, ...] = (
         ("exit_code", _I32, None, "exit status of the engine process; negative = killed by signal"),
         ("stderr_tail", _STR, None, "last lines of the engine's stderr"),
         ("forced", _BOOL, None, "run despite a refusal (e.g. busy cores), by request"),
-        ("profiled", _BOOL, None, "a profiled pass (the arm's profile:): per-op times in results/ops, its "
-         "timings distorted by the profiler and kept out of every verdict (v5; null before: not profiled)"),
+        (
+            "profiled",
+            _BOOL,
+            None,
+            "a profiled pass (the arm's profile:): per-op times in results/ops, its "
+            "timings distorted by the profiler and kept out of every verdict (v5; null before: not profiled)",
+        ),
     ),
     *_group(
         "arm",
@@ -127,12 +132,23 @@ COLUMNS: tuple[Column, ...] = (
         ("prompt_len", _I32, "tok", "prompt length per sequence"),
         ("max_tokens", _I32, "tok", "tokens generated per sequence"),
         ("batch_size", _I32, "seq", "sequences per batch"),
-        ("prompt_seed", _I32, None, "seed of the timed prompts, the arm's prompt_seed (v7; null before, "
-         "when every run timed the prompts of seed 0)"),
+        (
+            "prompt_seed",
+            _I32,
+            None,
+            "seed of the timed prompts, the arm's prompt_seed (v7; null before, "
+            "when every run timed the prompts of seed 0)",
+        ),
         ("threads", _I32, None, "compute threads requested"),
         ("compile_mode", _STR, None, "graph compilation mode (eager, compiled, cached...)"),
         ("patches", _STRS, None, "omni runtime patches enabled for this arm"),
-        ("patch_report", _STR, None, "per vLLM process: each patch applied / not needed / failed, JSON list (v2)", _JSON),
+        (
+            "patch_report",
+            _STR,
+            None,
+            "per vLLM process: each patch applied / not needed / failed, JSON list (v2)",
+            _JSON,
+        ),
         ("env_overrides", _STR, None, "environment variables set by the arm, JSON object", _JSON),
         ("engine_params", _STR, None, "engine-specific parameters, JSON object", _JSON),
         ("arm_json", _STR, None, "canonical JSON of the whole arm", _JSON),
@@ -148,22 +164,47 @@ COLUMNS: tuple[Column, ...] = (
         ("membind", _INTS, None, "NUMA nodes memory was bound to"),
         ("binding_method", _STR, None, "how the binding was applied", {"choices": BINDING_METHODS}),
         ("cpus_allowed_seen", _INTS, None, "Cpus_allowed_list seen, union over the process tree"),
-        ("mems_allowed_seen", _INTS, None, "Mems_allowed_list seen, union over the tree: the cpuset's nodes, "
-         "not the memory policy (numactl --membind does not change it)"),
+        (
+            "mems_allowed_seen",
+            _INTS,
+            None,
+            "Mems_allowed_list seen, union over the tree: the cpuset's nodes, "
+            "not the memory policy (numactl --membind does not change it)",
+        ),
         ("binding_ok", _BOOL, None, "CPUs, memory policy and page placement seen matched the slot"),
         ("binding_procs_checked", _I32, None, "processes whose binding was checked"),
         ("straddle", _BOOL, None, "the slot spans several NUMA nodes, memory bound to all of them (v3)"),
         ("slots_override", _STR, None, "slots given on the command line (--cores/--node) instead of the spec's (v3)"),
         ("mempolicies_seen", _STRS, None, "memory policies seen in numa_maps, every process and thread, distinct (v3)"),
-        ("mem_anon_kib_by_node", _I64S, "KiB", "the tree's anonymous memory per NUMA node (index = node), steady state (v3)"),
-        ("mem_file_kib_by_node", _I64S, "KiB", "the tree's mapped file pages per NUMA node (index = node), steady state (v3)"),
-        ("mem_local_fraction", _F64, None, "share of the tree's anonymous memory on the slot's nodes, steady state (v3)"),
+        (
+            "mem_anon_kib_by_node",
+            _I64S,
+            "KiB",
+            "the tree's anonymous memory per NUMA node (index = node), steady state (v3)",
+        ),
+        (
+            "mem_file_kib_by_node",
+            _I64S,
+            "KiB",
+            "the tree's mapped file pages per NUMA node (index = node), steady state (v3)",
+        ),
+        (
+            "mem_local_fraction",
+            _F64,
+            None,
+            "share of the tree's anonymous memory on the slot's nodes, steady state (v3)",
+        ),
         ("mem_file_local_fraction", _F64, None, "share of the tree's mapped file pages on the slot's nodes (v3)"),
         ("numa_by_proc", _STR, None, "per process: pid, name, policies, anon/file KiB per node, JSON list (v3)", _JSON),
         ("numa_maps_reads", _I32, None, "reads of the whole tree's numa_maps during the run (v3)"),
         ("numa_maps_cpu_ms", _F64, "ms", "CPU the sampler spent reading numa_maps, all reads (v3)"),
-        ("numa_steady_missing", _I32, None, "processes of the tree at the steady mark with no numa_maps read in "
-         "steady state: their memory per node is from an earlier read; null: the run never got to steady (v6)"),
+        (
+            "numa_steady_missing",
+            _I32,
+            None,
+            "processes of the tree at the steady mark with no numa_maps read in "
+            "steady state: their memory per node is from an earlier read; null: the run never got to steady (v6)",
+        ),
         ("busy_max_pct", _F64, "%", "busiest slot CPU's load just before the run"),
         ("busy_waited_s", _F64, "s", "time the run waited for its slot's CPUs to fall below the busy threshold (v4)"),
         ("command", _STR, None, "engine command line, JSON argv list", _JSON),
@@ -176,13 +217,31 @@ COLUMNS: tuple[Column, ...] = (
         ("decode_tok_s", _F64, "tok/s", "tokens generated per second", _HIGHER),
         ("e2e_s", _F64, "s", "end-to-end generation time, engine-measured", _LOWER),
         ("tpot_ms", _F64, "ms", "time per output token after the first, per sequence (v4)", _LOWER),
-        ("itl_p50_ms", _F64, "ms", "inter-token latency, median over every decode step of every iteration (v4)", _LOWER),
+        (
+            "itl_p50_ms",
+            _F64,
+            "ms",
+            "inter-token latency, median over every decode step of every iteration (v4)",
+            _LOWER,
+        ),
         ("itl_p90_ms", _F64, "ms", "inter-token latency, 90th percentile over every decode step (v4)", _LOWER),
         ("itl_p99_ms", _F64, "ms", "inter-token latency, 99th percentile over every decode step (v4)", _LOWER),
-        ("iterations", _I32, None, "timed iterations in the run's one engine process; ttft, rates, e2e and "
-         "tpot are their median, every iteration is in results/iterations (v4)"),
-        *[(f"{m}_iter_sd_log", _F64, None, f"within-run spread of {m}: sd of the log iteration values, "
-           "about the relative sd (v4)") for m in ("ttft_ms", "prefill_tok_s", "decode_tok_s", "e2e_s", "tpot_ms")],
+        (
+            "iterations",
+            _I32,
+            None,
+            "timed iterations in the run's one engine process; ttft, rates, e2e and "
+            "tpot are their median, every iteration is in results/iterations (v4)",
+        ),
+        *[
+            (
+                f"{m}_iter_sd_log",
+                _F64,
+                None,
+                f"within-run spread of {m}: sd of the log iteration values, about the relative sd (v4)",
+            )
+            for m in ("ttft_ms", "prefill_tok_s", "decode_tok_s", "e2e_s", "tpot_ms")
+        ],
         ("wall_s", _F64, "s", "wall time of the whole run, orchestrator-measured", _LOWER),
         ("rss_anon_tree_mb", _F64, "MiB", "peak RssAnon summed over the process tree", _LOWER),
         ("rss_anon_after_load_mb", _F64, "MiB", "tree RssAnon when the model is loaded", _LOWER),
@@ -197,10 +256,21 @@ COLUMNS: tuple[Column, ...] = (
         ("kv_cache_bytes_effective", _I64, "B", "KV cache the engine actually allocated"),
         ("n_procs", _I32, None, "most processes seen at once in the engine's tree"),
         ("profile_steps", _I32, None, "engine steps traced by a profiled run, one row each per op in results/ops (v5)"),
-        ("profile_overhead", _F64, None, "a profiled run's median decode step time while traced over the same "
-         "run's untraced one: what the profiler costs (v5)"),
-        ("engine_perf", _STR, None, "the engine's own phase totals (llama.cpp: llama_perf_context's load, "
-         "prompt eval and eval ms and token counts), JSON object (v5)", _JSON),
+        (
+            "profile_overhead",
+            _F64,
+            None,
+            "a profiled run's median decode step time while traced over the same "
+            "run's untraced one: what the profiler costs (v5)",
+        ),
+        (
+            "engine_perf",
+            _STR,
+            None,
+            "the engine's own phase totals (llama.cpp: llama_perf_context's load, "
+            "prompt eval and eval ms and token counts), JSON object (v5)",
+            _JSON,
+        ),
     ),
     *_group(
         "provenance",
@@ -224,37 +294,78 @@ COLUMNS: tuple[Column, ...] = (
         ("numa_topology", _STR, None, 'node -> CPUs, JSON object {"0": [0, 1]}', _JSON),
         ("spec_path", _STR, None, "path of the sweep spec file"),
         ("spec_sha256", _STR, None, "sha256 of the sweep spec file's bytes"),
-        ("env_vars", _STR, None, "behaviour-changing environment variables of the engine process: what omni "
-         "passed and the engine set (v4; before, the orchestrator's), JSON", _JSON),
+        (
+            "env_vars",
+            _STR,
+            None,
+            "behaviour-changing environment variables of the engine process: what omni "
+            "passed and the engine set (v4; before, the orchestrator's), JSON",
+            _JSON,
+        ),
         ("started_at", _TIME, None, "when the run started"),
         ("finished_at", _TIME, None, "when the run finished"),
         ("prefect_flow_run_id", _STR, None, "Prefect flow run, None outside Prefect"),
         ("engine_provenance", _STR, None, "other engine-reported facts, JSON object", _JSON),
         ("engine_env_key", _STR, None, "hash of the engine env's declaration in omni/envs.py (v2)"),
-        ("engine_env_freeze_sha256", _STR, None, "sha256 of the engine env's pip freeze less omni's own editable "
-         "install (v2; v4: before, omni's line was in it, so it moved with every omni commit)"),
-        ("engine_config", _STR, None, "the engine's effective configuration as it reported it (OMP bind, KV "
-         "blocks, max_model_len, n_ctx...), JSON object (v4)", _JSON),
-        ("compile_cache", _STR, None, "vLLM compiled mode, from the engine's log: how this start got its "
-         "compiled graph: loaded (a warm AOT artifact, nothing compiled), compiled (no artifact to load; "
-         "inductor's own caches may still have served parts), recompiled (an artifact failed to load); null: "
-         "eager, AOT off, another engine, or a row before v8. The artifact's key covers the CPU binding: a "
-         "warm start on other CPUs compiles (v8)"),
+        (
+            "engine_env_freeze_sha256",
+            _STR,
+            None,
+            "sha256 of the engine env's pip freeze less omni's own editable "
+            "install (v2; v4: before, omni's line was in it, so it moved with every omni commit)",
+        ),
+        (
+            "engine_config",
+            _STR,
+            None,
+            "the engine's effective configuration as it reported it (OMP bind, KV "
+            "blocks, max_model_len, n_ctx...), JSON object (v4)",
+            _JSON,
+        ),
+        (
+            "compile_cache",
+            _STR,
+            None,
+            "vLLM compiled mode, from the engine's log: how this start got its "
+            "compiled graph: loaded (a warm AOT artifact, nothing compiled), compiled (no artifact to load; "
+            "inductor's own caches may still have served parts), recompiled (an artifact failed to load); null: "
+            "eager, AOT off, another engine, or a row before v8. The artifact's key covers the CPU binding: a "
+            "warm start on other CPUs compiles (v8)",
+        ),
     ),
     *_group(
         "validity",
         ("warnings", _STRS, None, "reasons to doubt this row's numbers"),
         ("warning_rules", _STRS, None, "the rule that raised each warning, same order"),
-        ("tokens_mismatch_iterations", _I32, None, "timed iterations in which a sequence generated other than "
-         "max_tokens, as the engine counted them (each iteration's counts: results/iterations tokens); "
-         "above 0 the run is invalid (tokens_mismatch); null: not counted (v7)"),
-        ("audit_repeat_ttft_ratio", _F64, None, "median TTFT of timed iterations 1.. (repeats of iteration 0's "
-         "prompts) over the faster first sight: iteration 0's, or audit_fresh_ttft_ms; well below 1, a cache "
-         "served the repeats (repeat_faster); null below 3 iterations (v7)"),
-        ("audit_fresh_ttft_ms", _F64, "ms", "TTFT of a batch of fresh prompts the engine timed once after the "
-         "timed iterations, the second first sight of the repeat audit; not in any metric (v7)"),
-        ("audit_repeat_ttft_cv", _F64, None, "robust CV of the TTFT of timed iterations 1.., the noise "
-         "repeat_faster allows for (v7)"),
+        (
+            "tokens_mismatch_iterations",
+            _I32,
+            None,
+            "timed iterations in which a sequence generated other than "
+            "max_tokens, as the engine counted them (each iteration's counts: results/iterations tokens); "
+            "above 0 the run is invalid (tokens_mismatch); null: not counted (v7)",
+        ),
+        (
+            "audit_repeat_ttft_ratio",
+            _F64,
+            None,
+            "median TTFT of timed iterations 1.. (repeats of iteration 0's "
+            "prompts) over the faster first sight: iteration 0's, or audit_fresh_ttft_ms; well below 1, a cache "
+            "served the repeats (repeat_faster); null below 3 iterations (v7)",
+        ),
+        (
+            "audit_fresh_ttft_ms",
+            _F64,
+            "ms",
+            "TTFT of a batch of fresh prompts the engine timed once after the "
+            "timed iterations, the second first sight of the repeat audit; not in any metric (v7)",
+        ),
+        (
+            "audit_repeat_ttft_cv",
+            _F64,
+            None,
+            "robust CV of the TTFT of timed iterations 1.., the noise repeat_faster allows for (v7)",
+        ),
     ),
 )
 
@@ -386,16 +497,14 @@ def _to_time(col: Column, value: Any) -> datetime:
         _reject(col, value, "a datetime")
     if value.tzinfo is None or value.utcoffset() is None:
         _reject(col, value, "a timezone-aware datetime (e.g. datetime.now(timezone.utc))")
-    return value.astimezone(timezone.utc)
+    return value.astimezone(UTC)
 
 
 def _reject(col: Column, value: Any, expected: str) -> NoReturn:
     shown = repr(value)
     if len(shown) > 80:
         shown = shown[:77] + "..."
-    raise OmniError(
-        f"result column {col.name!r}: {shown} ({type(value).__name__}) is not {expected}"
-    )
+    raise OmniError(f"result column {col.name!r}: {shown} ({type(value).__name__}) is not {expected}")
 
 
 # ----------------------------------------------------------------------- files
@@ -492,19 +601,45 @@ def read_parquet(path: ResultsPath, **options: Any) -> pa.Table:
 # written just before the run's own row (the run row is the commit: a side
 # file without one is a run that never finished storing).
 # iterations: one row per timed iteration of a run.
-ITERATION_SCHEMA = pa.schema([
-    ("run_id", _STR), ("sweep_id", _STR), ("arm", _STR), ("pass_index", _I32), ("iteration", _I32),
-    ("ttft_ms", _F64), ("prefill_tok_s", _F64), ("decode_tok_s", _F64), ("e2e_s", _F64), ("tpot_ms", _F64),
-    ("steps", _I32), ("itl_p50_ms", _F64), ("itl_p90_ms", _F64), ("itl_p99_ms", _F64),
-    ("step_ms", pa.list_(_F64)),
-    ("tokens", pa.list_(_I32)),  # generated per sequence, as the engine counted (v7; null before)
-])  # fmt: skip
+ITERATION_SCHEMA = pa.schema(
+    [
+        ("run_id", _STR),
+        ("sweep_id", _STR),
+        ("arm", _STR),
+        ("pass_index", _I32),
+        ("iteration", _I32),
+        ("ttft_ms", _F64),
+        ("prefill_tok_s", _F64),
+        ("decode_tok_s", _F64),
+        ("e2e_s", _F64),
+        ("tpot_ms", _F64),
+        ("steps", _I32),
+        ("itl_p50_ms", _F64),
+        ("itl_p90_ms", _F64),
+        ("itl_p99_ms", _F64),
+        ("step_ms", pa.list_(_F64)),
+        ("tokens", pa.list_(_I32)),  # generated per sequence, as the engine counted (v7; null before)
+    ]
+)
 # ops: one row per (profiled run, engine step, op, input shapes and types), omni.ops.
-OPS_SCHEMA = pa.schema([
-    ("run_id", _STR), ("sweep_id", _STR), ("arm", _STR), ("pass_index", _I32), ("step", _I32),
-    ("step_kind", _STR), ("step_ms", _F64), ("op", _STR), ("shapes", _STR), ("dtypes", _STR),
-    ("calls", _I32), ("self_ms", _F64), ("method", _STR), ("distorting", _BOOL),
-])  # fmt: skip
+OPS_SCHEMA = pa.schema(
+    [
+        ("run_id", _STR),
+        ("sweep_id", _STR),
+        ("arm", _STR),
+        ("pass_index", _I32),
+        ("step", _I32),
+        ("step_kind", _STR),
+        ("step_ms", _F64),
+        ("op", _STR),
+        ("shapes", _STR),
+        ("dtypes", _STR),
+        ("calls", _I32),
+        ("self_ms", _F64),
+        ("method", _STR),
+        ("distorting", _BOOL),
+    ]
+)
 SIDE_TABLES = {"iterations": ITERATION_SCHEMA, "ops": OPS_SCHEMA}
 _SIDE_IDS = ("run_id", "sweep_id", "arm", "pass_index")
 
@@ -514,7 +649,9 @@ def side_path(results_dir: Results, kind: str, sweep_id: str, run_id: str) -> Re
     return results_root(results_dir) / kind / f"sweep={sweep_id}" / f"{run_id}.parquet"
 
 
-def write_side_table(results_dir: Results, kind: str, row: Mapping[str, Any], records: list[Mapping[str, Any]]) -> ResultsPath:
+def write_side_table(
+    results_dir: Results, kind: str, row: Mapping[str, Any], records: list[Mapping[str, Any]]
+) -> ResultsPath:
     """Store a run's records of side table ``kind`` (dicts with its schema's keys)."""
     table_schema = SIDE_TABLES[kind]
     ids = {k: row.get(k) for k in _SIDE_IDS}
@@ -568,8 +705,7 @@ def profiled(frame: pd.DataFrame) -> pd.Series:
 
 def _already_stored(path: ResultsPath) -> OmniError:
     return AlreadyStored(
-        f"run file {path} already exists: results are never rewritten; "
-        "retract the run and record a new attempt instead"
+        f"run file {path} already exists: results are never rewritten; retract the run and record a new attempt instead"
     )
 
 
@@ -610,7 +746,9 @@ def _partition_entries(dataset: ResultsPath, sweep_id: str | None = None) -> lis
     return [(p, n) for p, n in found if n.endswith(".parquet") and not n.startswith((".", "_"))]
 
 
-def _partition_files(dataset: ResultsPath, sweep_id: str | None = None, unless: set[str] = frozenset()) -> list[ResultsPath]:
+def _partition_files(
+    dataset: ResultsPath, sweep_id: str | None = None, unless: set[str] = frozenset()
+) -> list[ResultsPath]:
     """The files of :func:`_partition_entries`, sorted, but those whose stem is in ``unless``."""
     entries = (e for e in _partition_entries(dataset, sweep_id) if e[1][: -len(".parquet")] not in unless)
     return [dataset / p / n for p, n in sorted(entries)]
@@ -639,6 +777,7 @@ def list_temp_files(results_dir: Results) -> list[Path]:
 
 
 # --------------------------------------------------------------------- reading
+
 
 # Upgrades keyed by the version they upgrade from: UPGRADES[1] takes a
 # version-1 table to version 2.
@@ -691,8 +830,15 @@ def _v7_to_v8(table: pa.Table) -> pa.Table:
     return table
 
 
-UPGRADES: dict[int, Callable[[pa.Table], pa.Table]] = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4, 4: _v4_to_v5,
-                                                       5: _v5_to_v6, 6: _v6_to_v7, 7: _v7_to_v8}  # fmt: skip
+UPGRADES: dict[int, Callable[[pa.Table], pa.Table]] = {
+    1: _v1_to_v2,
+    2: _v2_to_v3,
+    3: _v3_to_v4,
+    4: _v4_to_v5,
+    5: _v5_to_v6,
+    6: _v6_to_v7,
+    7: _v7_to_v8,
+}
 
 
 def upgrade_table(table: pa.Table, columns: list[str] | None = None) -> pa.Table:
@@ -727,8 +873,7 @@ def _conform(table: pa.Table, columns: list[str] | None = None) -> pa.Table:
     unknown = [name for name in index if name not in COLUMNS_BY_NAME]
     if unknown:
         raise OmniError(
-            f"columns {unknown} are not in schema version {SCHEMA_VERSION}: "
-            "an upgrade function must map them"
+            f"columns {unknown} are not in schema version {SCHEMA_VERSION}: an upgrade function must map them"
         )
     rows = table.num_rows
     arrays = []
@@ -751,15 +896,19 @@ def _cast(values: pa.ChunkedArray, col: Column) -> pa.ChunkedArray:
     try:
         return values.cast(col.type)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as err:
-        raise OmniError(f"column {col.name!r}: cannot read {values.type} as {col.type}: {err}")
+        raise OmniError(f"column {col.name!r}: cannot read {values.type} as {col.type}: {err}") from err
 
 
 def _pandas_types() -> dict:
     """Nullable pandas dtypes, so an int column with a null stays an int column."""
     import pandas as pd
 
-    return {pa.int16(): pd.Int16Dtype(), pa.int32(): pd.Int32Dtype(), pa.int64(): pd.Int64Dtype(),
-            pa.bool_(): pd.BooleanDtype()}  # fmt: skip
+    return {
+        pa.int16(): pd.Int16Dtype(),
+        pa.int32(): pd.Int32Dtype(),
+        pa.int64(): pd.Int64Dtype(),
+        pa.bool_(): pd.BooleanDtype(),
+    }
 
 
 def load_runs(results_dir: Results, sweep_id: str | None = None, columns: list[str] | None = None) -> pd.DataFrame:
@@ -779,8 +928,20 @@ def load_runs(results_dir: Results, sweep_id: str | None = None, columns: list[s
 
 # Few distinct values per column: scan() keeps them dictionary-encoded, three
 # times faster to read than plain strings.
-CATEGORICAL = ("sweep_id", "sweep_name", "arm", "status", "engine", "engine_env", "model", "host",
-               "dtype", "quantization", "compile_mode", "binding_method")  # fmt: skip
+CATEGORICAL = (
+    "sweep_id",
+    "sweep_name",
+    "arm",
+    "status",
+    "engine",
+    "engine_env",
+    "model",
+    "host",
+    "dtype",
+    "quantization",
+    "compile_mode",
+    "binding_method",
+)
 
 
 def read_table(results_dir: Results, sweep_id: str | None = None, columns: list[str] | None = None) -> pa.Table:
@@ -794,7 +955,9 @@ def read_table(results_dir: Results, sweep_id: str | None = None, columns: list[
     consolidated = consolidated_files(results_dir) if sweep_id is None else []
     held = held_parts(results_dir, consolidated)
     tables = _read_all(consolidated, asked)
-    tables += _read_all([p for p in compacted_parts(results_dir, sweep_id) if part_name(results_dir, p) not in held], asked)
+    tables += _read_all(
+        [p for p in compacted_parts(results_dir, sweep_id) if part_name(results_dir, p) not in held], asked
+    )
     covered = set().union(*(t.column("run_id").to_pylist() for t in tables)) if tables else set()
     tables += _read_all(run_files(results_dir, sweep_id, unless=covered), asked)
     if not tables:
@@ -856,7 +1019,10 @@ def _scan_files(files: list[ResultsPath], columns: list[str]) -> pa.Table:
     # only the columns asked for, in the schema and the dictionary list alike:
     # each extra one costs every file a little
     encoded = pa.schema(
-        [pa.field(c, pa.dictionary(pa.int32(), full.field(c).type)) if c in categorical else full.field(c) for c in wanted],
+        [
+            pa.field(c, pa.dictionary(pa.int32(), full.field(c).type)) if c in categorical else full.field(c)
+            for c in wanted
+        ],
         metadata=full.metadata,
     )
     if not files:
@@ -864,9 +1030,9 @@ def _scan_files(files: list[ResultsPath], columns: list[str]) -> pa.Table:
     fmt = ds.ParquetFileFormat(read_options=ds.ParquetReadOptions(dictionary_columns=categorical))
     filesystem = arrow_source(files[0])[1]
     try:
-        table = ds.dataset([arrow_source(p)[0] for p in files], format=fmt, schema=encoded, filesystem=filesystem).to_table(
-            columns=wanted, batch_size=1 << 20
-        )
+        table = ds.dataset(
+            [arrow_source(p)[0] for p in files], format=fmt, schema=encoded, filesystem=filesystem
+        ).to_table(columns=wanted, batch_size=1 << 20)
         versions = pc.unique(table["schema_version"]).to_pylist()
     except (pa.ArrowException, OSError):
         versions = None
@@ -924,7 +1090,7 @@ def _read_run_file(path: ResultsPath, columns: list[str] | None = None, dictiona
         log.warning("skipped %s: not a readable Parquet file (%s); move it out of the results", path, err)
         return None
     except (OSError, pa.ArrowException) as err:
-        raise OmniError(f"cannot read run file {path}: {err}; move it aside to go on")
+        raise OmniError(f"cannot read run file {path}: {err}; move it aside to go on") from err
     try:
         return upgrade_table(table, columns)
     except OmniError as err:
@@ -970,7 +1136,9 @@ def compact_sweep(results_dir: Results, sweep_id: str, attempts: int = 5) -> Res
         fresh = run_files(results_dir, sweep_id, unless=covered)
         if not fresh:
             return None
-        table = pa.concat_tables(_read_all(fresh, None)).sort_by([("order_index", "ascending"), ("run_id", "ascending")])
+        table = pa.concat_tables(_read_all(fresh, None)).sort_by(
+            [("order_index", "ascending"), ("run_id", "ascending")]
+        )
         number = 1 + max((int(p.stem.split("-")[1]) for p in parts), default=-1)
         final = results_root(results_dir) / COMPACTED / f"sweep={sweep_id}" / f"part-{number:04d}.parquet"
         try:

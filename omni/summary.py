@@ -23,6 +23,8 @@ import pyarrow.compute as pc
 
 from omni.calibration import NONE, Applied, for_arms, metric_kind, noise_floor, write_calibration
 from omni.errors import OmniError
+from omni.objstore import local_copy, results_root
+from omni.ops import HEAD_RULE, STEP_KINDS
 from omni.retract import retracted_runs
 from omni.spec import load_spec
 from omni.stats import (
@@ -36,14 +38,19 @@ from omni.stats import (
     summarize,
     within_run_variance,
 )
-from omni.ops import HEAD_RULE, STEP_KINDS
-from omni.objstore import local_copy, results_root
 from omni.store import COLUMNS, COLUMNS_BY_NAME, load_ops, load_runs, unreadable_under
 from omni.store import profiled as is_profiled
 
 # rows carry these rules from the runner; a comparison over such rows warns
-ROW_RULES = ("context_len_unset", "prompt_len_le_1", "forced_busy", "teardown_crash", "placement_simulated",
-             "numa_not_steady", "repeat_faster")  # fmt: skip
+ROW_RULES = (
+    "context_len_unset",
+    "prompt_len_le_1",
+    "forced_busy",
+    "teardown_crash",
+    "placement_simulated",
+    "numa_not_steady",
+    "repeat_faster",
+)
 
 
 def metric_columns() -> list[str]:
@@ -68,15 +75,20 @@ def calibrate_from(results: Path, sweep_ids: list[str], include_retracted: bool 
     frame = pd.concat(frames, ignore_index=True)
     hosts = set(frame["host"].dropna())
     if len(hosts) > 1:
-        raise OmniError(f"sweeps {', '.join(sweep_ids)} ran on several hosts ({', '.join(sorted(hosts))}): "
-                        "a calibration is one host's; calibrate each host's sweeps apart")  # fmt: skip
+        raise OmniError(
+            f"sweeps {', '.join(sweep_ids)} ran on several hosts ({', '.join(sorted(hosts))}): "
+            "a calibration is one host's; calibrate each host's sweeps apart"
+        )
     return write_calibration(results, frame, metric_columns())
 
 
 def arm_calibrations(results: Path, frame: pd.DataFrame, arms: list[str]) -> dict[str, Applied]:
     host = str(frame["host"].dropna().iloc[0]) if frame["host"].notna().any() else None
-    texts = {arm: str(frame.loc[frame["arm"] == arm, "arm_json"].dropna().iloc[0])
-             for arm in arms if frame.loc[frame["arm"] == arm, "arm_json"].notna().any()}  # fmt: skip
+    texts = {
+        arm: str(frame.loc[frame["arm"] == arm, "arm_json"].dropna().iloc[0])
+        for arm in arms
+        if frame.loc[frame["arm"] == arm, "arm_json"].notna().any()
+    }
     found = for_arms(results, host, texts)
     return {arm: found.get(arm, NONE) for arm in arms}
 
@@ -103,7 +115,9 @@ def ok_rows(results: Path, sweep_id: str, include_retracted: bool = False) -> Sw
     """One sweep's unretracted rows, the timed ones apart from the profiled passes."""
     frame = load_runs(results, sweep_id=sweep_id)
     if frame.empty:
-        raise OmniError(f"no rows for sweep {sweep_id!r} under {results_root(results) / 'runs'}; list them with omni table or ls")
+        raise OmniError(
+            f"no rows for sweep {sweep_id!r} under {results_root(results) / 'runs'}; list them with omni table or ls"
+        )
     frame, excluded = without_retracted(frame, results, include_retracted)
     if frame.empty:
         raise OmniError(f"all {excluded} run(s) of sweep {sweep_id} are retracted; --include-retracted shows them")
@@ -278,7 +292,7 @@ class SweepSummary:
     untrusted: dict[str, str] = field(default_factory=dict)  # metric -> why its verdicts are not to be trusted
     # a replicated fleet sweep: each host's own summary (arms judged within the
     # host); judged then says, per arm and metric, whether the effect holds on every host
-    hosts: dict[str, "SweepSummary"] = field(default_factory=dict)
+    hosts: dict[str, SweepSummary] = field(default_factory=dict)
 
 
 def _values(frame: pd.DataFrame, arm: str, metric: str) -> list[float]:
@@ -286,7 +300,9 @@ def _values(frame: pd.DataFrame, arm: str, metric: str) -> list[float]:
 
 
 def _row_warnings(frame: pd.DataFrame, arm: str) -> list[str]:
-    rules = [r for rules in frame.loc[frame["arm"] == arm, "warning_rules"] for r in (rules if rules is not None else [])]
+    rules = [
+        r for rules in frame.loc[frame["arm"] == arm, "warning_rules"] for r in (rules if rules is not None else [])
+    ]
     return [f"{arm}: {rules.count(r)} run(s) with {r}" for r in dict.fromkeys(rules) if r in ROW_RULES]
 
 
@@ -317,12 +333,21 @@ def judge(
     if metric == "load_s":
         for rows, name in ((base, base_arm), (other, arm)):
             if mixed := mixed_compile_cache(rows, name):
-                return Judged(None, f"refused: {name}'s runs started from different compile cache states ({mixed}): "
-                                    "its load_s measures vLLM's cache, not the arm; warm each slot's cache first, or "
-                                    "give each run its own VLLM_CACHE_ROOT", warnings)  # fmt: skip
-    result = compare(_values(base, base_arm, metric), _values(other, arm, metric),
-                     better=COLUMNS_BY_NAME[metric].better, min_effect=min_effect, drift=drift,
-                     within=(_within(base, base_arm, metric), _within(other, arm, metric)))  # fmt: skip
+                return Judged(
+                    None,
+                    f"refused: {name}'s runs started from different compile cache states ({mixed}): "
+                    "its load_s measures vLLM's cache, not the arm; warm each slot's cache first, or "
+                    "give each run its own VLLM_CACHE_ROOT",
+                    warnings,
+                )
+    result = compare(
+        _values(base, base_arm, metric),
+        _values(other, arm, metric),
+        better=COLUMNS_BY_NAME[metric].better,
+        min_effect=min_effect,
+        drift=drift,
+        within=(_within(base, base_arm, metric), _within(other, arm, metric)),
+    )
     return Judged(result, None, warnings)
 
 
@@ -364,8 +389,11 @@ def summarize_sweep(results: Path, sweep_id: str, include_retracted: bool = Fals
         return summarize_rows(results, sweep_id, rows, spec, one_host=spec is None or spec.hosts is None)
     per_host = {}
     for host in hosts:
-        mine = SweepRows(*(part[part["host"] == host] for part in (rows.ok, rows.timed)), 0,
-                         rows.profiled[rows.profiled["host"] == host])  # fmt: skip
+        mine = SweepRows(
+            *(part[part["host"] == host] for part in (rows.ok, rows.timed)),
+            0,
+            rows.profiled[rows.profiled["host"] == host],
+        )
         per_host[host] = summarize_rows(results, sweep_id, mine, spec)
     whole = summarize_rows(results, sweep_id, rows, spec, one_host=False)
     judged = {key: across_hosts(key, per_host) for key in whole.judged}
@@ -402,8 +430,10 @@ def summarize_rows(results: Path, sweep_id: str, rows: SweepRows, spec, one_host
     baseline = baseline_of(spec, arms)
     calibrations = arm_calibrations(results, frame, arms)
     base_cal = calibrations.get(baseline, NONE) if baseline else NONE
-    floors = {m: (noise_floor(base_cal, m, default_floor(m)), base_cal.source if m in base_cal.noise else "default")
-              for m in metrics}  # fmt: skip
+    floors = {
+        m: (noise_floor(base_cal, m, default_floor(m)), base_cal.source if m in base_cal.noise else "default")
+        for m in metrics
+    }
     cells, judged, values = {}, {}, {}
     for arm in arms:
         for metric in metrics:
@@ -417,29 +447,72 @@ def summarize_rows(results: Path, sweep_id: str, rows: SweepRows, spec, one_host
     warnings += [f"untrustworthy {metric}: {why}" for metric, why in untrusted.items()]
     warnings += prompt_audit(judged, seed_replicas(frame, baseline, arms), baseline, metrics)
     provenance = sweep_provenance(frame, arms)
-    warnings += [f"mixed provenance: {key} differs between the sweep's runs ({', '.join(map(str, values))})"
-                 for key, values in provenance["sweep"].items()
-                 if isinstance(values, list) and key in MUST_AGREE and (one_host or key != "host")]
-    warnings += [f"unreadable file skipped: {path} ({why}); move it out of the results"
-                 for path, why in unreadable_under(results).items()]  # fmt: skip
-    warnings += [f"mixed compile cache: {arm}'s runs started {mixed}; its load_s is the cache's history, not the arm's"
-                 for arm in arms if (mixed := mixed_compile_cache(ok, arm))]  # fmt: skip
+    warnings += [
+        f"mixed provenance: {key} differs between the sweep's runs ({', '.join(map(str, values))})"
+        for key, values in provenance["sweep"].items()
+        if isinstance(values, list) and key in MUST_AGREE and (one_host or key != "host")
+    ]
+    warnings += [
+        f"unreadable file skipped: {path} ({why}); move it out of the results"
+        for path, why in unreadable_under(results).items()
+    ]
+    warnings += [
+        f"mixed compile cache: {arm}'s runs started {mixed}; its load_s is the cache's history, not the arm's"
+        for arm in arms
+        if (mixed := mixed_compile_cache(ok, arm))
+    ]
     void = void_arms(profiled)
-    warnings += [f"void arm {arm}: every number of it is void, its timed runs included: {why}" for arm, why in void.items()]
+    warnings += [
+        f"void arm {arm}: every number of it is void, its timed runs included: {why}" for arm, why in void.items()
+    ]
     return SweepSummary(
-        sweep_id=sweep_id, sweep_name=str(frame["sweep_name"].iloc[0]), baseline=baseline, arms=tuple(arms),
-        metrics=tuple(metrics), floors=floors, min_effects=effects, cells=cells, judged=judged,
-        runs={a: int((frame["arm"] == a).sum()) for a in arms}, ok={a: int((ok["arm"] == a).sum()) for a in arms},
-        excluded=excluded, warnings=tuple(warnings), values=values, control=control, untrusted=untrusted,
-        calibrations={arm: c.source for arm, c in calibrations.items()}, provenance=provenance,
-        profiled=len(profiled), void=void,
-    )  # fmt: skip
+        sweep_id=sweep_id,
+        sweep_name=str(frame["sweep_name"].iloc[0]),
+        baseline=baseline,
+        arms=tuple(arms),
+        metrics=tuple(metrics),
+        floors=floors,
+        min_effects=effects,
+        cells=cells,
+        judged=judged,
+        runs={a: int((frame["arm"] == a).sum()) for a in arms},
+        ok={a: int((ok["arm"] == a).sum()) for a in arms},
+        excluded=excluded,
+        warnings=tuple(warnings),
+        values=values,
+        control=control,
+        untrusted=untrusted,
+        calibrations={arm: c.source for arm, c in calibrations.items()},
+        provenance=provenance,
+        profiled=len(profiled),
+        void=void,
+    )
 
 
-SWEEP_PROVENANCE = ("harness_version", "harness_git_sha", "harness_git_dirty", "host", "kernel", "cpu_model",
-                    "cpu_flags", "numa_nodes", "python_version", "spec_path", "spec_sha256")  # fmt: skip
-ARM_PROVENANCE = ("engine", "engine_version", "engine_commit", "torch_version", "engine_python_version",
-                  "engine_env", "engine_env_freeze_sha256", "model", "model_digest")  # fmt: skip
+SWEEP_PROVENANCE = (
+    "harness_version",
+    "harness_git_sha",
+    "harness_git_dirty",
+    "host",
+    "kernel",
+    "cpu_model",
+    "cpu_flags",
+    "numa_nodes",
+    "python_version",
+    "spec_path",
+    "spec_sha256",
+)
+ARM_PROVENANCE = (
+    "engine",
+    "engine_version",
+    "engine_commit",
+    "torch_version",
+    "engine_python_version",
+    "engine_env",
+    "engine_env_freeze_sha256",
+    "model",
+    "model_digest",
+)
 # a sweep whose runs disagree on these did not measure one thing
 MUST_AGREE = ("harness_git_sha", "host", "cpu_model", "kernel")
 
@@ -462,7 +535,10 @@ def sweep_provenance(frame: pd.DataFrame, arms: list[str]) -> dict:
     for arm in arms:
         rows = frame[frame["arm"] == arm]
         per_arm[arm] = {key: _distinct(rows[key]) for key in ARM_PROVENANCE if key in rows}
-        dists = [json.loads(p).get("engine_dist") for p in rows.get("engine_provenance", pd.Series([], dtype=object)).dropna()]
+        dists = [
+            json.loads(p).get("engine_dist")
+            for p in rows.get("engine_provenance", pd.Series([], dtype=object)).dropna()
+        ]
         per_arm[arm]["engine_dist"] = _distinct(dists)
     return {"sweep": sweep, "arms": per_arm}
 
@@ -506,12 +582,16 @@ def control_failures(judged: dict, control: str, baseline: str, metrics: list[st
             continue
         seen = f"x{c.ratio:.3f} [{c.ci_low:.3f}, {c.ci_high:.3f}]"
         if c.below_min_effect:
-            out[metric] = (f"the A/A control {control} differs from {baseline} by {seen}, {INSIDE_MIN_EFFECT} "
-                           f"{c.min_effect:.0%}: verdicts below min_effect on it are not to be trusted")
+            out[metric] = (
+                f"the A/A control {control} differs from {baseline} by {seen}, {INSIDE_MIN_EFFECT} "
+                f"{c.min_effect:.0%}: verdicts below min_effect on it are not to be trusted"
+            )
         else:
-            out[metric] = (f"the A/A control {control} came out {c.verdict} than its own replica {baseline}: "
-                           f"{seen} beyond min_effect {c.min_effect:.0%}; the host was not stable during this "
-                           "sweep, so no verdict on this metric holds; rerun it")  # fmt: skip
+            out[metric] = (
+                f"the A/A control {control} came out {c.verdict} than its own replica {baseline}: "
+                f"{seen} beyond min_effect {c.min_effect:.0%}; the host was not stable during this "
+                "sweep, so no verdict on this metric holds; rerun it"
+            )
     return out
 
 
@@ -519,6 +599,7 @@ def seed_replicas(frame: pd.DataFrame, baseline: str | None, arms: list[str]) ->
     """The arms that are the baseline on other prompts: its canonical arm but
     for name and a prompt_seed of their own (arms/audit.yaml; the A/A
     control, same prompts, is control_failures')."""
+
     def split(arm: str) -> tuple[dict, int] | None:
         texts = frame.loc[frame["arm"] == arm, "arm_json"].dropna()
         if texts.empty:
@@ -547,9 +628,11 @@ def prompt_audit(judged: dict, replicas: list[str], baseline: str | None, metric
         for metric in metrics:
             c = judged[(arm, metric)].comparison if (arm, metric) in judged else None
             if c is not None and c.verdict in ("better", "worse") and beyond(c):
-                out.append(f"prompt_seed audit failed: {arm}, the baseline {baseline} on other prompts, came out "
-                           f"{c.verdict} on {metric}: x{c.ratio:.3f} [{c.ci_low:.3f}, {c.ci_high:.3f}] beyond "
-                           f"min_effect {c.min_effect:.0%}")  # fmt: skip
+                out.append(
+                    f"prompt_seed audit failed: {arm}, the baseline {baseline} on other prompts, came out "
+                    f"{c.verdict} on {metric}: x{c.ratio:.3f} [{c.ci_low:.3f}, {c.ci_high:.3f}] beyond "
+                    f"min_effect {c.min_effect:.0%}"
+                )
     return out
 
 
@@ -589,12 +672,14 @@ def focus(summary: SweepSummary, metrics: list[str] | None) -> SweepSummary:
     if keep == list(summary.metrics):
         return summary
     return replace(
-        summary, metrics=tuple(keep), floors={m: summary.floors[m] for m in keep},
+        summary,
+        metrics=tuple(keep),
+        floors={m: summary.floors[m] for m in keep},
         min_effects={m: summary.min_effects[m] for m in keep},
         cells={k: v for k, v in summary.cells.items() if k[1] in keep},
         judged={k: v for k, v in summary.judged.items() if k[1] in keep},
         values={k: v for k, v in summary.values.items() if k[1] in keep},
-    )  # fmt: skip
+    )
 
 
 def compare_sweeps(
@@ -614,8 +699,9 @@ def compare_sweeps(
     cal_after, cal_before = arm_calibrations(results, b_all, arms), arm_calibrations(results, a_all, arms)
     calibrations = {arm: cal_after[arm] if cal_after[arm].drift else cal_before[arm] for arm in arms}
     drifts = {(arm, m): calibrations[arm].drift_for(m) for arm in arms for m in metrics}
-    judged = {(arm, m): judge(a_ok, b_ok, arm, arm, m, effects[m][0], drifts[(arm, m)][0])
-              for arm in arms for m in metrics}  # fmt: skip
+    judged = {
+        (arm, m): judge(a_ok, b_ok, arm, arm, m, effects[m][0], drifts[(arm, m)][0]) for arm in arms for m in metrics
+    }
     changes = {}
     for arm in arms:
         old = json.loads(a_all.loc[a_all["arm"] == arm, "arm_json"].iloc[0])
@@ -666,8 +752,22 @@ class Change:
 def history_columns() -> list[str]:
     """What the nightly comparison and the trend plots read of every run."""
     spreads = [c for c in COLUMNS_BY_NAME if c.endswith("_iter_sd_log")]
-    return ["sweep_id", "sweep_name", "arm", "arm_json", "status", "profiled", "run_id", "host", "started_at",
-            "iterations", "warning_rules", "mmap", *spreads, *metric_columns()]  # fmt: skip
+    return [
+        "sweep_id",
+        "sweep_name",
+        "arm",
+        "arm_json",
+        "status",
+        "profiled",
+        "run_id",
+        "host",
+        "started_at",
+        "iterations",
+        "warning_rules",
+        "mmap",
+        *spreads,
+        *metric_columns(),
+    ]
 
 
 def spec_runs(results: Path, sweep_name: str, include_retracted: bool = False) -> pd.DataFrame:
@@ -721,11 +821,24 @@ def changes_in(
             c = judged.comparison
             if judged.refused or c is None or c.verdict not in ("better", "worse") or c.below_min_effect:
                 continue
-            changes.append(Change(
-                arm, metric, sweep_id, "regression" if c.verdict == "worse" else "improvement", c.ratio, c.ci_low,
-                c.ci_high, drift, source, float(current[metric].median()), float(past[metric].median()),
-                tuple(history), tuple(current["run_id"]), tuple(past["run_id"]),
-            ))  # fmt: skip
+            changes.append(
+                Change(
+                    arm,
+                    metric,
+                    sweep_id,
+                    "regression" if c.verdict == "worse" else "improvement",
+                    c.ratio,
+                    c.ci_low,
+                    c.ci_high,
+                    drift,
+                    source,
+                    float(current[metric].median()),
+                    float(past[metric].median()),
+                    tuple(history),
+                    tuple(current["run_id"]),
+                    tuple(past["run_id"]),
+                )
+            )
     return changes, order
 
 
@@ -745,8 +858,11 @@ def sweep_history(results: Path, summary: SweepSummary, include_retracted: bool 
         for metric in summary.metrics:
             rows = frame[frame["arm"] == arm]
             medians = rows.groupby("sweep_id")[metric].median()
-            points[(arm, metric)] = [(s, float(medians[s]), summary.floors[metric][0])
-                                     for s in order if s in medians and not math.isnan(medians[s])]  # fmt: skip
+            points[(arm, metric)] = [
+                (s, float(medians[s]), summary.floors[metric][0])
+                for s in order
+                if s in medians and not math.isnan(medians[s])
+            ]
     return {"points": points, "changes": [c for c in changes if c.sweep_id in order]}
 
 
@@ -754,5 +870,7 @@ def _by_arm_metric(frame: pd.DataFrame, metrics: list[str]):
     for arm, rows in frame.groupby("arm"):
         for metric in metrics:
             spread = [c for c in (f"{metric}_iter_sd_log", "iterations") if c in rows]
-            yield (arm, metric), rows.loc[rows[metric].notna(), ["sweep_id", "run_id", "arm", "warning_rules", "mmap",
-                                                                 metric, *spread]]  # fmt: skip
+            yield (
+                (arm, metric),
+                rows.loc[rows[metric].notna(), ["sweep_id", "run_id", "arm", "warning_rules", "mmap", metric, *spread]],
+            )

@@ -8,22 +8,21 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from omni.errors import OmniError
 from omni.objstore import ResultsPath, S3Path, local_copy, results_root, write_text_once
-
 from omni.plan import SlotOverride, new_sweep_id, plan_sweep, sweep_slots
+from omni.progress import BOARD
 from omni.provenance import collect_host_provenance
 from omni.resources import resolve_all
 from omni.runner import SIDE_KEYS, PlanItem, RunContext, run_arm
-from omni.spec import LoadedSpec, load_spec
 from omni.schedule import claim_run, hold_cpus, run_concurrently
+from omni.spec import LoadedSpec, load_spec
 from omni.store import load_runs, run_path, stored_run_ids, write_run, write_side_table
 from omni.store import profiled as is_profiled
-from omni.progress import BOARD
 from omni.topology import Slot, format_cpulist
 
 if TYPE_CHECKING:
@@ -92,8 +91,12 @@ def write_manifest(prepared: PreparedSweep) -> Path:
         "slots": [s.describe() for s in prepared.slots],
         "slots_override": _override_fields(prepared.context.slots_override),
         "run_ids": [item.run_id for item in prepared.items],
-        **({"fleet": {k: prepared.fleet[k] for k in ("mode", "hosts", "runs", "force_hosts")}} if prepared.fleet else {}),
-        "created_at": datetime.now(timezone.utc).isoformat(),
+        **(
+            {"fleet": {k: prepared.fleet[k] for k in ("mode", "hosts", "runs", "force_hosts")}}
+            if prepared.fleet
+            else {}
+        ),
+        "created_at": datetime.now(UTC).isoformat(),
     }
     write_text_once(path, json.dumps(manifest, indent=1) + "\n")
     return path
@@ -180,10 +183,21 @@ def prepare_sweep(
     sweep_id = sweep_id or new_sweep_id(loaded.sweep.name)
     if loaded.sweep.hosts is not None and shard is None:
         if slots_override or Path(sysfs_root).resolve() != Path("/"):
-            raise OmniError(f"{loaded.path} names hosts: each host plans its own slots from the spec's slots: "
-                            "(and its worker's --sysfs-root); --cores, --node and --sysfs-root are for one host")  # fmt: skip
-        return prepare_fleet(loaded, sweep_id, passes, results, resume=resume, force=force, busy_wait=busy_wait,
-                             force_hosts=force_hosts, replace_hosts=replace_hosts or {})  # fmt: skip
+            raise OmniError(
+                f"{loaded.path} names hosts: each host plans its own slots from the spec's slots: "
+                "(and its worker's --sysfs-root); --cores, --node and --sysfs-root are for one host"
+            )
+        return prepare_fleet(
+            loaded,
+            sweep_id,
+            passes,
+            results,
+            resume=resume,
+            force=force,
+            busy_wait=busy_wait,
+            force_hosts=force_hosts,
+            replace_hosts=replace_hosts or {},
+        )
     if shard is None and (force_hosts or replace_hosts):
         raise OmniError(f"--force-hosts and --replace-host are for fleet sweeps; {loaded.path} names no hosts:")
     slots_override = slots_override or None
@@ -194,9 +208,11 @@ def prepare_sweep(
         asked = set(shard.run_ids)
         foreign = asked - {item.run_id for item in items}
         if foreign:
-            raise OmniError(f"{len(foreign)} run id(s) sent to this host are not in sweep {sweep_id}'s plan for "
-                            f"host {shard.plan_host} (e.g. {sorted(foreign)[0]}): this host's omni plans differently "
-                            f"(its commit: {collect_host_provenance().get('harness_git_sha')}); run one omni on every host")  # fmt: skip
+            raise OmniError(
+                f"{len(foreign)} run id(s) sent to this host are not in sweep {sweep_id}'s plan for "
+                f"host {shard.plan_host} (e.g. {sorted(foreign)[0]}): this host's omni plans differently "
+                f"(its commit: {collect_host_provenance().get('harness_git_sha')}); run one omni on every host"
+            )
         items = [item for item in items if item.run_id in asked]
     planned = len(items)
     if resume:
@@ -222,8 +238,16 @@ def prepare_sweep(
 
 
 def prepare_fleet(
-    loaded: LoadedSpec, sweep_id: str, passes: int, results: ResultsPath, *, resume: str | None, force: bool,
-    busy_wait: float | None, force_hosts: bool, replace_hosts: dict[str, str],
+    loaded: LoadedSpec,
+    sweep_id: str,
+    passes: int,
+    results: ResultsPath,
+    *,
+    resume: str | None,
+    force: bool,
+    busy_wait: float | None,
+    force_hosts: bool,
+    replace_hosts: dict[str, str],
 ) -> PreparedSweep:
     """A fleet sweep's coordinator: the hosts (alive; identical for split), each
     one's run ids, and the shards to send: every host's whole part, or on
@@ -255,15 +279,24 @@ def prepare_fleet(
     if not isinstance(results, S3Path):  # each host writes its rows where it runs: one store for all of them
         import platform
 
-        elsewhere = sorted({f"{h} ({states[h].facts.get('hostname')})" for h in [*hosts, *replace_hosts.values()]
-                            if h in states and (states[h].facts or {}).get("hostname") != platform.node()})  # fmt: skip
+        elsewhere = sorted(
+            {
+                f"{h} ({states[h].facts.get('hostname')})"
+                for h in [*hosts, *replace_hosts.values()]
+                if h in states and (states[h].facts or {}).get("hostname") != platform.node()
+            }
+        )
         if elsewhere:
-            raise OmniError(f"results {results} is a directory of this machine, and hosts {', '.join(elsewhere)} "
-                            "run elsewhere: their rows would land on their own disks. Give the fleet one store: "
-                            "--results s3://BUCKET/PREFIX (the stack's S3, or any S3)")  # fmt: skip
+            raise OmniError(
+                f"results {results} is a directory of this machine, and hosts {', '.join(elsewhere)} "
+                "run elsewhere: their rows would land on their own disks. Give the fleet one store: "
+                "--results s3://BUCKET/PREFIX (the stack's S3, or any S3)"
+            )
     stored = stored_run_ids(results, sweep_id) if resume else set()
-    shards = [{"host": replace_hosts.get(h, h), "plan_host": h, "run_ids": [r for r in ids if r not in stored]}
-              for h, ids in runs.items()]  # fmt: skip
+    shards = [
+        {"host": replace_hosts.get(h, h), "plan_host": h, "run_ids": [r for r in ids if r not in stored]}
+        for h, ids in runs.items()
+    ]
     shards = [s for s in shards if s["run_ids"]]
     if resume and shards:
         fleet.choose_hosts(sorted({s["host"] for s in shards}), "replicate", states)  # alive, each of them
@@ -280,13 +313,25 @@ def prepare_fleet(
     every = [by_id[r] for ids in runs.values() for r in ids]
     todo = {r for s in shards for r in s["run_ids"]}
     context = RunContext(
-        results_dir=results, timeout_s=loaded.sweep.timeout_s, busy_threshold_pct=loaded.sweep.busy_threshold_pct,
-        busy_wait_s=loaded.sweep.busy_wait_s if busy_wait is None else busy_wait, force=force,
-        provenance={"spec_path": str(loaded.path), "spec_sha256": loaded.sha256}, repo_root=REPO_ROOT,
-    )  # fmt: skip
-    info = {"mode": mode, "hosts": hosts, "runs": runs, "shards": shards, "force_hosts": force_hosts,
-            "facts": {h: states[h].facts for h in hosts if h in states}}  # fmt: skip
-    return PreparedSweep(loaded, sweep_id, context, [i for i in every if i.run_id in todo], [], passes, len(every), info)
+        results_dir=results,
+        timeout_s=loaded.sweep.timeout_s,
+        busy_threshold_pct=loaded.sweep.busy_threshold_pct,
+        busy_wait_s=loaded.sweep.busy_wait_s if busy_wait is None else busy_wait,
+        force=force,
+        provenance={"spec_path": str(loaded.path), "spec_sha256": loaded.sha256},
+        repo_root=REPO_ROOT,
+    )
+    info = {
+        "mode": mode,
+        "hosts": hosts,
+        "runs": runs,
+        "shards": shards,
+        "force_hosts": force_hosts,
+        "facts": {h: states[h].facts for h in hosts if h in states},
+    }
+    return PreparedSweep(
+        loaded, sweep_id, context, [i for i in every if i.run_id in todo], [], passes, len(every), info
+    )
 
 
 # Sweeps prepared in this process, waiting for the flow that runs them: the
@@ -306,17 +351,29 @@ def take_over(sweep_id: str | None, **asked) -> PreparedSweep | None:
     prepared = _HANDED_OVER.pop(sweep_id, None) if sweep_id else None
     if prepared is None:
         return None
-    have = {"force": prepared.context.force, "results": prepared.context.results_dir,
-            "busy_wait": prepared.context.busy_wait_s}  # fmt: skip
-    want = {"force": asked["force"], "results": results_root(asked["results"]),
-            "busy_wait": prepared.context.busy_wait_s if asked["busy_wait"] is None else asked["busy_wait"]}  # fmt: skip
+    have = {
+        "force": prepared.context.force,
+        "results": prepared.context.results_dir,
+        "busy_wait": prepared.context.busy_wait_s,
+    }
+    want = {
+        "force": asked["force"],
+        "results": results_root(asked["results"]),
+        "busy_wait": prepared.context.busy_wait_s if asked["busy_wait"] is None else asked["busy_wait"],
+    }
     return prepared if have == want else None
 
 
 def item_outcome(item: PlanItem, status: str, error: str) -> dict:
     """The outcome of a run that has no row of its own (skipped, or not stored)."""
-    return {"run_id": item.run_id, "arm": item.arm.name, "pass_index": item.pass_index,
-            "slot_index": item.slot.index, "status": status, "error": error}  # fmt: skip
+    return {
+        "run_id": item.run_id,
+        "arm": item.arm.name,
+        "pass_index": item.pass_index,
+        "slot_index": item.slot.index,
+        "status": status,
+        "error": error,
+    }
 
 
 def run_and_store(context: RunContext, item: PlanItem, extra: dict | None = None) -> dict:

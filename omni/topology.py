@@ -29,10 +29,7 @@ def parse_cpulist(text: str) -> list[int]:
     for part in text.split(","):
         match = _RANGE.match(part.strip())
         if not match:
-            raise OmniError(
-                f"bad CPU list {text!r}: {part.strip()!r} is not N, N-M or N-M:STEP "
-                "(write e.g. '0-3,8')"
-            )
+            raise OmniError(f"bad CPU list {text!r}: {part.strip()!r} is not N, N-M or N-M:STEP (write e.g. '0-3,8')")
         first = int(match.group(1))
         last = int(match.group(2)) if match.group(2) else first
         step = int(match.group(3)) if match.group(3) else 1
@@ -209,13 +206,13 @@ def allocate_slots(
     """
     if cpus:
         where = (lambda i: "slots.cpus") if len(cpus) == 1 else (lambda i: f"slots.cpus[{i}]")
-        slots = [
-            replace(_explicit_slot(topo, group, where(i), straddle), index=i) for i, group in enumerate(cpus)
-        ]
+        slots = [replace(_explicit_slot(topo, group, where(i), straddle), index=i) for i, group in enumerate(cpus)]
         _check_disjoint(slots)
         return _first(slots, count)
     if node is not None and node not in topo.nodes:
-        raise OmniError(f"slots.node {node} does not exist on this host (nodes: {', '.join(map(str, sorted(topo.nodes)))})")
+        raise OmniError(
+            f"slots.node {node} does not exist on this host (nodes: {', '.join(map(str, sorted(topo.nodes)))})"
+        )
     candidates = [topo.nodes[node]] if node is not None else list(topo.nodes.values())
     per_node: list[list[Slot]] = []
     for nd in candidates:
@@ -236,8 +233,7 @@ def allocate_slots(
         if biggest == 0:
             where = f"node {node}" if node is not None else "no node"
             raise OmniError(
-                f"slots: {where} has no online CPUs (a memory-only node, e.g. CXL?); "
-                f"nodes with CPUs: {with_cpus}"
+                f"slots: {where} has no online CPUs (a memory-only node, e.g. CXL?); nodes with CPUs: {with_cpus}"
             )
         where = f"node {node}" if node is not None else "the largest node"
         raise OmniError(

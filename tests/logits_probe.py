@@ -35,7 +35,10 @@ def gguf_logits(path: str) -> np.ndarray:
         batch.seq_id[i][0] = 0
     batch.n_tokens = len(PROMPT)
     assert llama_cpp.llama_decode(ctx, batch) == 0
-    rows = [np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(ctx, i), shape=(n_vocab,)).copy() for i in range(len(PROMPT))]
+    rows = [
+        np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(ctx, i), shape=(n_vocab,)).copy()
+        for i in range(len(PROMPT))
+    ]
     return np.stack(rows)
 
 

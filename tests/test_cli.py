@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -91,7 +91,10 @@ BAD_SPECS = {
     "bad-cpulist": ("name: x\nslots: {cpus: '0-'}\narms: [{name: a, engine: synthetic}]\n", "slots.cpus"),
     "cpu-absent": ("name: x\nslots: {cpus: '4000'}\narms: [{name: a, engine: synthetic}]\n", "4000"),
     "top-list": ("- a\n- b\n", "mapping"),
-    "unknown-patch": ("name: x\narms:\n  - {name: a, engine: vllm, model: m, patches: [speedup]}\n", "explicit_kv_cache_memory"),
+    "unknown-patch": (
+        "name: x\narms:\n  - {name: a, engine: vllm, model: m, patches: [speedup]}\n",
+        "explicit_kv_cache_memory",
+    ),
     "unknown-quantization": ("name: x\narms:\n  - {name: a, engine: vllm, model: m, quantization: int3}\n", "cpu_int4"),
 }
 
@@ -146,8 +149,14 @@ def test_omni_sweep_prepares_once(tmp_path):
     spec = tmp_path / "one.yaml"
     spec.write_text(yaml.safe_dump({"name": "one", "passes": 1, "arms": [{"name": "a", "engine": "synthetic"}]}))
     env = {**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
-    done = subprocess.run([sys.executable, "-c", PREPARE_COUNTER, "sweep", str(spec), "--results", str(results), "--force"],
-                          capture_output=True, text=True, cwd=REPO, env=env, timeout=300)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", PREPARE_COUNTER, "sweep", str(spec), "--results", str(results), "--force"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env,
+        timeout=300,
+    )
     assert "PREPARED 1" in done.stdout, done.stdout[-2000:] + done.stderr[-3000:]
     assert len(load_runs(results)) == 1
 
@@ -158,15 +167,23 @@ def test_a_terminal_shows_each_slots_run_live_then_the_table_and_verdicts_once(t
     typescript = tmp_path / "typescript"
     command = f"{sys.executable} -m omni.cli sweep arms/smoke-synthetic.yaml --results {tmp_path / 'r'} --force"
     env = {**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "COLUMNS": "200"}
-    done = subprocess.run(["script", "-q", "-e", "-c", command, str(typescript)], cwd=REPO, env=env,
-                          capture_output=True, timeout=300)  # fmt: skip
+    done = subprocess.run(
+        ["script", "-q", "-e", "-c", command, str(typescript)], cwd=REPO, env=env, capture_output=True, timeout=300
+    )
     assert done.returncode == 0, done.stdout[-3000:]
     text = typescript.read_text(errors="replace")
     live = re.findall(r"slot 0 \(cpus [0-9,-]+\): (small|large|small\.control) pass (\d), ([a-z ]+), \d+ s", text)
     assert len({arm for arm, _, _ in live}) >= 2, text[-3000:]  # runs of about 2 s, redrawn twice a second
     assert len({phase for _, _, phase in live}) >= 2 and {phase for _, _, phase in live} <= {
-        "waiting for its cores", "starting the engine", "loading", "measuring", "holding for memory",
-        "tearing down", "reaping", "storing"}
+        "waiting for its cores",
+        "starting the engine",
+        "loading",
+        "measuring",
+        "holding for memory",
+        "tearing down",
+        "reaping",
+        "storing",
+    }
     assert re.search(r"\d/9 runs done, about \d+ s left", text)
     assert text.count("n/runs") == 1, "the per-arm table, once"
     assert text.count("against the baseline `small`") == 1 and "| large |" in text
@@ -182,5 +199,3 @@ def test_quiet_and_json_are_for_scripts(tmp_path):
     record = json.loads(shown.stdout)
     assert record["failed"] == 0 and [r["status"] for r in record["runs"]] == ["ok"] and record["runs"][0]["arm"] == "a"
     assert Path(record["rows"]).is_dir()
-
-

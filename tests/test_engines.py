@@ -35,8 +35,20 @@ def test_smoke_sweep_runs_both_engines_pinned_and_measured(tmp_path):
     # 80-130 s, mostly single-threaded start-ups, so its two launches side by
     # side take about 1.3 times one. Passes and resume are the synthetic tests'.
     results = tmp_path / "results"
-    done = omni("sweep", "arms/smoke.yaml", "--passes", "1", "--cores", "0", "--cores", "1", "--results", str(results),
-                "--force", timeout=900)  # fmt: skip
+    done = omni(
+        "sweep",
+        "arms/smoke.yaml",
+        "--passes",
+        "1",
+        "--cores",
+        "0",
+        "--cores",
+        "1",
+        "--results",
+        str(results),
+        "--force",
+        timeout=900,
+    )
     assert done.returncode == 0, done.stderr[-4000:]
     frame = pd.read_parquet(results / "runs")
     assert len(frame) == 3 and (frame["status"] == "ok").all()  # patched vLLM, stock vLLM, llama.cpp
@@ -44,7 +56,7 @@ def test_smoke_sweep_runs_both_engines_pinned_and_measured(tmp_path):
     assert (frame["iterations"] == 5).all() and frame["itl_p90_ms"].notna().all() and frame["tpot_ms"].notna().all()
     assert len(pd.read_parquet(results / "iterations")) == 15
     manifest = json.loads((TINY / "manifest.json").read_text())
-    for engine, rows in frame.groupby("engine"):
+    for _engine, rows in frame.groupby("engine"):
         assert (rows["decode_tok_s"] > 0).all() and (rows["prefill_tok_s"] > 0).all()
         assert (rows["rss_anon_steady_mb"] > 0).all() and rows["engine_version"].notna().all()
         assert rows["engine_env_freeze_sha256"].str.len().eq(64).all()
@@ -84,9 +96,14 @@ def test_gguf_holds_the_same_model_as_the_hf_checkpoint(tmp_path):
     0.8, cosine >= 0.999998, same argmax at every position. Bounds: 0.05,
     0.9999, all positions."""
     probe = REPO_ROOT / "tests" / "logits_probe.py"
-    subprocess.run([str(VLLM_PY), str(probe), "hf", str(TINY / "hf"), str(tmp_path / "hf.npy")], check=True, capture_output=True)
-    subprocess.run([str(LLAMA_PY), str(probe), "gguf", str(TINY / "tiny-llama-bf16.gguf"), str(tmp_path / "gg.npy")],
-                   check=True, capture_output=True)  # fmt: skip
+    subprocess.run(
+        [str(VLLM_PY), str(probe), "hf", str(TINY / "hf"), str(tmp_path / "hf.npy")], check=True, capture_output=True
+    )
+    subprocess.run(
+        [str(LLAMA_PY), str(probe), "gguf", str(TINY / "tiny-llama-bf16.gguf"), str(tmp_path / "gg.npy")],
+        check=True,
+        capture_output=True,
+    )
     hf, gg = np.load(tmp_path / "hf.npy"), np.load(tmp_path / "gg.npy")
     assert hf.shape == gg.shape == (16, 32000)
     assert np.abs(hf - gg).max() <= 0.05

@@ -35,8 +35,14 @@ FAST = {"PREFECT_WORKER_QUERY_SECONDS": "1", "PREFECT_WORKER_PREFETCH_SECONDS": 
 
 def omni(url: str, *args: str, timeout: float = 420) -> subprocess.CompletedProcess:
     env = {**os.environ, "PREFECT_API_URL": url, "COLUMNS": "200"}
-    return subprocess.run([str(REPO / ".venv" / "bin" / "omni"), *args], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=timeout)  # fmt: skip
+    return subprocess.run(
+        [str(REPO / ".venv" / "bin" / "omni"), *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 class Host:
@@ -52,8 +58,14 @@ class Host:
         args += ["--sysfs-root", str(self.sysfs)] if self.sysfs else []
         env = {**os.environ, **FAST, "PREFECT_API_URL": self.url}
         with self.log.open("ab") as sink:
-            self.proc = subprocess.Popen([str(REPO / ".venv" / "bin" / "omni"), *args], cwd=REPO, env=env,
-                                         stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+            self.proc = subprocess.Popen(
+                [str(REPO / ".venv" / "bin" / "omni"), *args],
+                cwd=REPO,
+                env=env,
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         deadline = time.monotonic() + 120
         while not self.alive():
             assert self.proc.poll() is None and time.monotonic() < deadline, self.log.read_text()[-3000:]
@@ -144,23 +156,39 @@ def test_hosts_publish_their_facts_and_liveness(prefect_api, hosts):
     assert HOST_A in table.stdout and HOST_B in table.stdout, table.stdout
 
 
-def test_split_over_mismatched_or_absent_hosts_is_refused_before_anything_runs(prefect_api, hosts, s3_results, tmp_path):
+def test_split_over_mismatched_or_absent_hosts_is_refused_before_anything_runs(
+    prefect_api, hosts, s3_results, tmp_path
+):
     split = omni(prefect_api, "sweep", str(fleet_spec(tmp_path, "split", [HOST_A, HOST_B])), "--results", s3_results)
     assert split.returncode == 2, split.stderr[-3000:]
     for needle in ("mode: split", "topology:", "cpu_model:", HOST_A, HOST_B, "--force-hosts"):
         assert needle in split.stderr, (needle, split.stderr)
-    absent = omni(prefect_api, "sweep", str(fleet_spec(tmp_path, "replicate", [HOST_A, "nosuch-host"])),
-                  "--results", s3_results)  # fmt: skip
+    absent = omni(
+        prefect_api, "sweep", str(fleet_spec(tmp_path, "replicate", [HOST_A, "nosuch-host"])), "--results", s3_results
+    )
     assert absent.returncode == 2 and "host nosuch-host is unknown" in absent.stderr, absent.stderr[-2000:]
-    unset = subprocess.run([str(REPO / ".venv" / "bin" / "omni"), "sweep", str(fleet_spec(tmp_path, "split", ["x"])),
-                            "--results", str(tmp_path / "r")], cwd=REPO, capture_output=True, text=True,
-                           env={k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"})  # fmt: skip
+    unset = subprocess.run(
+        [
+            str(REPO / ".venv" / "bin" / "omni"),
+            "sweep",
+            str(fleet_spec(tmp_path, "split", ["x"])),
+            "--results",
+            str(tmp_path / "r"),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env={k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"},
+    )
     assert unset.returncode == 2 and "PREFECT_API_URL" in unset.stderr
     assert not (tmp_path / "r").exists()
 
 
 def test_a_replicated_deployment_run_lands_rows_of_both_hosts_and_summaries_judge_per_host(
-    prefect_api, hosts, s3_results, tmp_path  # noqa: F811
+    prefect_api,
+    hosts,
+    s3_results,
+    tmp_path,  # noqa: F811
 ):
     spec = fleet_spec(tmp_path, "replicate", [HOST_A, HOST_B])
     code, run_id, out = run_deployment(prefect_api, "sweep/manual", spec=str(spec), results=s3_results, force="true")
@@ -186,8 +214,11 @@ def _sweep_of(results: str, spec: Path) -> str:
     """The one sweep under ``results`` whose manifest names ``spec``."""
     from omni.objstore import results_root
 
-    found = [p.parent.name for p in (results_root(results) / "sweeps").glob("*/manifest.json")
-             if json.loads(p.read_text())["spec_path"] == str(spec)]  # fmt: skip
+    found = [
+        p.parent.name
+        for p in (results_root(results) / "sweeps").glob("*/manifest.json")
+        if json.loads(p.read_text())["spec_path"] == str(spec)
+    ]
     assert len(found) == 1, found
     return found[0]
 
@@ -197,9 +228,14 @@ def test_a_host_dying_mid_sweep_fails_the_flow_naming_it_and_resume_runs_exactly
 ):
     spec = fleet_spec(tmp_path, "replicate", [HOST_A, HOST_B])
     env = {**os.environ, "PREFECT_API_URL": prefect_api}
-    sweep = subprocess.Popen([str(REPO / ".venv" / "bin" / "omni"), "sweep", str(spec), "--results", s3_results,
-                              "--force", "--json"], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True)  # fmt: skip
+    sweep = subprocess.Popen(
+        [str(REPO / ".venv" / "bin" / "omni"), "sweep", str(spec), "--results", s3_results, "--force", "--json"],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 300
     while True:  # B has stored a run, and has more to go
         assert sweep.poll() is None and time.monotonic() < deadline, sweep.communicate()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import platform
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 import yaml
@@ -20,8 +20,11 @@ from omni.sweep import prepare_sweep, write_manifest
 from tests.conftest import REPO
 
 EPYC = {"cpu_model": "AMD EPYC 7763", "isa": ["avx", "avx2", "fma"], "topology": {"0": "0-63"}}
-SPR = {"cpu_model": "Intel Xeon Platinum 8480C", "isa": ["amx_bf16", "avx", "avx2", "avx512f", "fma"],
-       "topology": {"0": "0-55,112-167", "1": "56-111,168-223"}}  # fmt: skip
+SPR = {
+    "cpu_model": "Intel Xeon Platinum 8480C",
+    "isa": ["amx_bf16", "avx", "avx2", "avx512f", "fma"],
+    "topology": {"0": "0-55,112-167", "1": "56-111,168-223"},
+}
 
 
 def spec(tmp_path, hosts: dict, passes: int = 3):
@@ -33,12 +36,16 @@ def spec(tmp_path, hosts: dict, passes: int = 3):
 
 
 def alive(name: str, facts: dict, machine: str | None = None) -> HostState:
-    return HostState(name, {**facts, "host": name, "hostname": machine or platform.node()}, True, datetime.now(timezone.utc))
+    return HostState(name, {**facts, "host": name, "hostname": machine or platform.node()}, True, datetime.now(UTC))
 
 
 def dead(name: str, facts: dict, ago_s: float = 90) -> HostState:
-    return HostState(name, {**facts, "host": name, "hostname": platform.node()}, False,
-                     datetime.now(timezone.utc) - timedelta(seconds=ago_s))  # fmt: skip
+    return HostState(
+        name,
+        {**facts, "host": name, "hostname": platform.node()},
+        False,
+        datetime.now(UTC) - timedelta(seconds=ago_s),
+    )
 
 
 @pytest.fixture

@@ -25,8 +25,13 @@ def write_spec(tmp_path: Path, arms: list[dict], **sweep) -> Path:
 
 
 def synthetic(name: str, **params) -> dict:
-    return {"name": name, "engine": "synthetic", "prompt_len": 16, "max_tokens": 8,
-            "params": {"work_per_token": 2000, **params}}  # fmt: skip
+    return {
+        "name": name,
+        "engine": "synthetic",
+        "prompt_len": 16,
+        "max_tokens": 8,
+        "params": {"work_per_token": 2000, **params},
+    }
 
 
 def run_all(tmp_path: Path, arms: list[dict], force: bool = False, **sweep) -> dict[str, dict]:
@@ -38,8 +43,9 @@ def run_all(tmp_path: Path, arms: list[dict], force: bool = False, **sweep) -> d
 
 
 def test_memory_is_measured_exactly_over_a_process_tree(tmp_path):
-    rows = run_all(tmp_path, [synthetic("zero", mem_mb=0, procs=3, hold_s=0.5),
-                              synthetic("big", mem_mb=512, procs=3, hold_s=0.5)])  # fmt: skip
+    rows = run_all(
+        tmp_path, [synthetic("zero", mem_mb=0, procs=3, hold_s=0.5), synthetic("big", mem_mb=512, procs=3, hold_s=0.5)]
+    )
     zero, big = rows["zero"], rows["big"]
     assert zero["status"] == big["status"] == "ok"
     assert zero["n_procs"] == big["n_procs"] == 3
@@ -119,10 +125,16 @@ def test_without_numactl_affinity_is_set_and_recorded(tmp_path, monkeypatch):
 def test_failure_reason_names_the_root_cause():
     from omni.runner import failure_reason
 
-    tail = ["(EngineCore) ERROR [core.py] ValueError: No available memory for the cache blocks.",
-            "Traceback (most recent call last):", "RuntimeError: Engine core initialization failed.",
-            "UserWarning: resource_tracker: leaked"]  # fmt: skip
-    assert failure_reason(tail) == "ValueError: No available memory for the cache blocks. ... RuntimeError: Engine core initialization failed."
+    tail = [
+        "(EngineCore) ERROR [core.py] ValueError: No available memory for the cache blocks.",
+        "Traceback (most recent call last):",
+        "RuntimeError: Engine core initialization failed.",
+        "UserWarning: resource_tracker: leaked",
+    ]
+    assert (
+        failure_reason(tail)
+        == "ValueError: No available memory for the cache blocks. ... RuntimeError: Engine core initialization failed."
+    )
     assert failure_reason(["plain last words"]) == "plain last words"
 
 
@@ -153,7 +165,9 @@ def test_memory_policy_and_locality_are_recorded_and_a_reset_policy_is_invalid(t
     """On any host, one node or more: numactl's bind policy is seen in every
     process's numa_maps, the pages sit on the slot's node, and an engine that
     resets its own policy (set_mempolicy(MPOL_DEFAULT)) is stored invalid."""
-    rows = run_all(tmp_path, [synthetic("bound", mem_mb=64, procs=2), synthetic("reset", mem_mb=16, escape="reset_policy")])
+    rows = run_all(
+        tmp_path, [synthetic("bound", mem_mb=64, procs=2), synthetic("reset", mem_mb=16, escape="reset_policy")]
+    )
     bound, reset = rows["bound"], rows["reset"]
     node = bound["numa_node"]
     assert bound["status"] == "ok" and bound["binding_ok"], bound.get("error")

@@ -34,8 +34,10 @@ def test_one_token_has_no_decode():
 
 
 def test_run_keeps_median_spread_and_pooled_itl():
-    raws = [{"ttft_s": t, "e2e_s": t + 0.04, "step_s": [0.01, 0.01, 0.01, s]}
-            for t, s in [(0.05, 0.01), (0.06, 0.01), (0.04, 0.05)]]  # fmt: skip
+    raws = [
+        {"ttft_s": t, "e2e_s": t + 0.04, "step_s": [0.01, 0.01, 0.01, s]}
+        for t, s in [(0.05, 0.01), (0.06, 0.01), (0.04, 0.05)]
+    ]
     row, per = run_metrics(1, 10, 5, raws)
     assert row["iterations"] == 3 and [p["iteration"] for p in per] == [0, 1, 2]
     assert row["ttft_ms"] == pytest.approx(50)  # median of 40, 50, 60

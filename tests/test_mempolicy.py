@@ -24,8 +24,12 @@ def captured(label: str, root: Path = GUEST) -> tuple[ProcessSeen, NumaSeen]:
     folder = root / label
     status = read_status_text((folder / "status").read_text()) if (folder / "status").exists() else {}
     name = status.get("Name", "python3")
-    proc = ProcessSeen(4242, name, parse_cpulist(status.get("Cpus_allowed_list", "1")),
-                       parse_cpulist(status.get("Mems_allowed_list", "0-1")))  # fmt: skip
+    proc = ProcessSeen(
+        4242,
+        name,
+        parse_cpulist(status.get("Cpus_allowed_list", "1")),
+        parse_cpulist(status.get("Mems_allowed_list", "0-1")),
+    )
     maps = parse_numa_maps((folder / "numa_maps").read_bytes())
     return proc, NumaSeen(4242, name, maps, steady=maps, policies=set(maps.policies), task_policies={maps.task_policy})
 
@@ -40,10 +44,17 @@ def read_status_text(text: str) -> dict[str, str]:
 
 @pytest.mark.parametrize(
     "text, mode, nodes",
-    [("bind:1", "bind", (1,)), ("bind:0-1", "bind", (0, 1)), ("default", "default", ()), ("prefer:1", "prefer", (1,)),
-     ("interleave:0-3", "interleave", (0, 1, 2, 3)), ("bind=static:1", "bind", (1,)), ("local", "local", ()),
-     ("weighted interleave:0-1", "weighted interleave", (0, 1))],
-)  # fmt: skip
+    [
+        ("bind:1", "bind", (1,)),
+        ("bind:0-1", "bind", (0, 1)),
+        ("default", "default", ()),
+        ("prefer:1", "prefer", (1,)),
+        ("interleave:0-3", "interleave", (0, 1, 2, 3)),
+        ("bind=static:1", "bind", (1,)),
+        ("local", "local", ()),
+        ("weighted interleave:0-1", "weighted interleave", (0, 1)),
+    ],
+)
 def test_parse_policy(text, mode, nodes):
     policy = parse_policy(text)
     assert (policy.mode, policy.nodes, policy.text) == (mode, nodes, text)
@@ -147,8 +158,10 @@ def test_thread_with_its_own_policy_is_named():
 
 def test_pages_are_weighted_by_their_page_size():
     # an anonymous MAP_HUGETLB mapping: its N counts are 2 MiB pages
-    maps = parse_numa_maps("7f0000000000 bind:1 huge anon=3 dirty=3 N1=3 kernelpagesize_kB=2048\n"
-                           "7f1000000000 bind:1 anon=4 dirty=4 N0=1 N1=3 kernelpagesize_kB=4\n")  # fmt: skip
+    maps = parse_numa_maps(
+        "7f0000000000 bind:1 huge anon=3 dirty=3 N1=3 kernelpagesize_kB=2048\n"
+        "7f1000000000 bind:1 anon=4 dirty=4 N0=1 N1=3 kernelpagesize_kB=4\n"
+    )
     assert maps.anon_kib == {1: 3 * 2048 + 12, 0: 4}
     assert node_list(maps.anon_kib) == [4, 3 * 2048 + 12]
 

@@ -27,8 +27,10 @@ def guest(tmp_path_factory) -> dict:
     report = json.loads((out / "report.json").read_text())
     frame = load_runs(out / "results")
     sweeps = {name: frame[frame["sweep_id"] == body["sweep_id"]] for name, body in report["sweeps"].items()}
-    print(f"\nnuma-vm: guest {timing['wall_s']:.0f} s (boot {report['boot_s']:.0f} s, omni topology "
-          f"{report['topology']['s']:.0f} s, sweeps {report['sweeps_s']:.0f} s)")  # fmt: skip
+    print(
+        f"\nnuma-vm: guest {timing['wall_s']:.0f} s (boot {report['boot_s']:.0f} s, omni topology "
+        f"{report['topology']['s']:.0f} s, sweeps {report['sweeps_s']:.0f} s)"
+    )
     return {"report": report, "rows": sweeps, "out": out, "wall_s": timing["wall_s"]}
 
 
@@ -68,8 +70,10 @@ def test_both_slots_ran_at_the_same_time(guest):
     makespan = (rows["finished_at"].max() - rows["started_at"].min()).total_seconds()
     busy = {node: sum((end - start).total_seconds() for start, end in span) for node, span in spans.items()}
     ratio = makespan / max(busy.values())
-    print(f"numa-vm makespan {makespan:.1f} s, ideal {max(busy.values()):.1f} s: {ratio:.2f} x; serial would be "
-          f"{sum(busy.values()) / max(busy.values()):.2f} x")  # fmt: skip
+    print(
+        f"numa-vm makespan {makespan:.1f} s, ideal {max(busy.values()):.1f} s: {ratio:.2f} x; serial would be "
+        f"{sum(busy.values()) / max(busy.values()):.2f} x"
+    )
     assert ratio < 1.5, (makespan, busy)
 
 

@@ -96,16 +96,31 @@ def test_racing_writers_of_one_run_on_s3_leave_exactly_one_file(s3_results):
 
 
 def omni(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([str(REPO / ".venv" / "bin" / "omni"), *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=600, env={**os.environ, **(env or {})})  # fmt: skip
+    return subprocess.run(
+        [str(REPO / ".venv" / "bin" / "omni"), *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, **(env or {})},
+    )
 
 
 @pytest.mark.slow
 def test_omni_sweeps_and_summarizes_on_s3(s3_results, tmp_path):
     local = {"OMNI_LOCAL_DIR": str(tmp_path / "local")}
     # one pass: two runs (each writes its files to S3) prove the same as nine
-    done = omni("sweep", "arms/smoke-synthetic.yaml", "--passes", "1", "--results", str(s3_results), "--json", "--force",
-                env=local)  # fmt: skip
+    done = omni(
+        "sweep",
+        "arms/smoke-synthetic.yaml",
+        "--passes",
+        "1",
+        "--results",
+        str(s3_results),
+        "--json",
+        "--force",
+        env=local,
+    )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     outcome = json.loads(done.stdout.strip().splitlines()[-1])
     sweep_id = outcome["sweep_id"]
@@ -133,8 +148,12 @@ def test_a_missing_bucket_or_a_wrong_secret_is_one_clear_error(running_stack):  
         missing.require_bucket()  # what omni sweep checks first
     done = omni("sweep", "arms/smoke-synthetic.yaml", "--results", str(missing), "--dry-run")
     assert done.returncode == 2 and "does not exist" in " ".join(done.stderr.split()), done.stderr
-    wrong = S3Path(f"s3://{s3['bucket']}/x", missing.settings.__class__(
-        missing.settings.endpoint_url, missing.settings.access_key, "not-the-secret", missing.settings.region))
+    wrong = S3Path(
+        f"s3://{s3['bucket']}/x",
+        missing.settings.__class__(
+            missing.settings.endpoint_url, missing.settings.access_key, "not-the-secret", missing.settings.region
+        ),
+    )
     with pytest.raises(OmniError, match="object store at http"):
         store.write_run(wrong, full_row())
     with pytest.raises(OmniError, match="only a directory|give a directory or s3://"):

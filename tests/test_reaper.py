@@ -36,10 +36,15 @@ def test_reap_kills_a_setsid_daemon(run_id):
 
 def test_reap_escalates_to_sigkill(run_id):
     stubborn = subprocess.Popen(
-        [sys.executable, "-c", "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
-         "print('up', flush=True)\nwhile True: time.sleep(1)"],
-        env=run_env(run_id), stdout=subprocess.PIPE,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-c",
+            "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+            "print('up', flush=True)\nwhile True: time.sleep(1)",
+        ],
+        env=run_env(run_id),
+        stdout=subprocess.PIPE,
+    )
     stubborn.stdout.readline()
     stubborn.stdout.close()
     t0 = time.monotonic()

@@ -23,8 +23,14 @@ def release(proc: subprocess.Popen) -> None:
 
 def test_summarize_series_phases():
     kib = 1024
-    points = [(0.0, "load", 10 * kib), (0.1, "loaded", 100 * kib), (0.2, "loaded", 120 * kib),
-              (0.3, "steady", 90 * kib), (0.4, "steady", 92 * kib), (0.5, "steady", 94 * kib)]  # fmt: skip
+    points = [
+        (0.0, "load", 10 * kib),
+        (0.1, "loaded", 100 * kib),
+        (0.2, "loaded", 120 * kib),
+        (0.3, "steady", 90 * kib),
+        (0.4, "steady", 92 * kib),
+        (0.5, "steady", 94 * kib),
+    ]
     summary = summarize_series(points)
     assert summary.peak_mb == 120
     assert summary.after_load_mb == 100
@@ -90,8 +96,11 @@ def test_processes_with_no_steady_numa_read_are_named():
     sampler = TreeSampler(root_pid=os.getpid())
     assert sampler.numa_not_steady() is None  # never got to steady
     maps = parse_numa_maps(b"7f0000000000 bind:0 anon=16 dirty=16 N0=16 kernelpagesize_kB=4\n")
-    sampler.numa_seen = {1: NumaSeen(1, "engine", maps), 2: NumaSeen(2, "worker", maps, steady=maps),
-                         3: NumaSeen(3, "helper", maps)}  # fmt: skip
+    sampler.numa_seen = {
+        1: NumaSeen(1, "engine", maps),
+        2: NumaSeen(2, "worker", maps, steady=maps),
+        3: NumaSeen(3, "helper", maps),
+    }
     sampler._pids = {1, 2}  # helper 3 ended before steady
     sampler.mark("steady")
     assert [p.name for p in sampler.numa_not_steady()] == ["engine"]

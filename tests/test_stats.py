@@ -160,8 +160,10 @@ def test_min_effect_found_with_80_percent_power_at_the_planned_passes(cv):
 
 def test_a_20_percent_effect_at_5_passes_and_1_percent_noise_is_always_worse():
     rng = np.random.default_rng(20)
-    verdicts = {compare(draw(rng, 100, 0.01, 5), draw(rng, 80, 0.01, 5), better="higher", min_effect=0.05).verdict
-                for _ in range(200)}  # fmt: skip
+    verdicts = {
+        compare(draw(rng, 100, 0.01, 5), draw(rng, 80, 0.01, 5), better="higher", min_effect=0.05).verdict
+        for _ in range(200)
+    }
     assert verdicts == {"worse"}
 
 
@@ -169,8 +171,10 @@ def test_a_a_with_enough_passes_is_equivalent():
     """10 passes at 2 % noise against a 5 % margin (the planner asks 5 to
     detect 5 %; at 5, A/A came out equivalent 80 % of the time)."""
     rng = np.random.default_rng(10)
-    verdicts = [compare(draw(rng, 100, 0.02, 10), draw(rng, 100, 0.02, 10), better="higher", min_effect=0.05).verdict
-                for _ in range(200)]  # fmt: skip
+    verdicts = [
+        compare(draw(rng, 100, 0.02, 10), draw(rng, 100, 0.02, 10), better="higher", min_effect=0.05).verdict
+        for _ in range(200)
+    ]
     assert verdicts.count("equivalent") / 200 >= 0.9, {v: verdicts.count(v) for v in set(verdicts)}
     assert verdicts.count("better") + verdicts.count("worse") <= 200 * FP_BOUND
 

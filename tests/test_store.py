@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import shutil
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
 import pandas as pd
@@ -15,7 +15,7 @@ from omni import store
 from omni.errors import OmniError
 
 FIXTURES = Path(__file__).parent / "fixtures"
-T0 = datetime(2026, 11, 30, 12, 0, 0, 123456, tzinfo=timezone.utc)
+T0 = datetime(2026, 11, 30, 12, 0, 0, 123456, tzinfo=UTC)
 
 METRICS = [c.name for c in store.COLUMNS if c.group == "metrics"]
 
@@ -74,7 +74,12 @@ def test_registry_names_are_unique_and_every_column_is_explained():
     assert len(names) == len(set(names))
     assert all(c.meaning for c in store.COLUMNS)
     assert {c.group for c in store.COLUMNS} == {
-        "identity", "arm", "placement", "metrics", "provenance", "validity",
+        "identity",
+        "arm",
+        "placement",
+        "metrics",
+        "provenance",
+        "validity",
     }
     # The hive directory sweep=<id> adds a "sweep" column when pandas reads it.
     assert "sweep" not in names
@@ -191,8 +196,12 @@ def test_empty_results_give_empty_frame_with_columns(tmp_path):
 
 def test_failed_run_with_no_metrics_round_trips(tmp_path):
     failed = {
-        "run_id": "r-fail", "sweep_id": "s1", "arm": "kv-4g", "status": "failed",
-        "exit_code": -9, "error": "engine killed by SIGKILL",
+        "run_id": "r-fail",
+        "sweep_id": "s1",
+        "arm": "kv-4g",
+        "status": "failed",
+        "exit_code": -9,
+        "error": "engine killed by SIGKILL",
         "stderr_tail": "Traceback ...\nMemoryError\n",
     } | {name: None for name in METRICS}
     store.write_run(tmp_path, failed)
@@ -253,7 +262,8 @@ def test_write_leaves_no_temp_file(tmp_path):
     store.write_run(tmp_path, full_row("r2"))
     assert store.list_temp_files(tmp_path) == []
     assert sorted(p.name for p in (tmp_path / "runs" / "sweep=s1").iterdir()) == [
-        "r1.parquet", "r2.parquet",
+        "r1.parquet",
+        "r2.parquet",
     ]
 
 
@@ -298,7 +308,7 @@ def test_old_schema_fixture_upgrades(tmp_path):
     assert old["pass_index"] == 2 and str(df["pass_index"].dtype) == "Int32"
     assert old["decode_tok_s"] == 41.5
     assert list(old["cpus"]) == [0, 1, 2, 3]
-    assert old["started_at"] == datetime(2026, 11, 1, 3, 4, 5, tzinfo=timezone.utc)
+    assert old["started_at"] == datetime(2026, 11, 1, 3, 4, 5, tzinfo=UTC)
     assert pd.isna(old["ttft_ms"]) and pd.isna(old["engine"])
     assert old["schema_version"] == store.SCHEMA_VERSION
 
@@ -312,8 +322,15 @@ def test_v2_file_reads_with_the_memory_placement_columns_unknown(tmp_path):
     old = store.load_runs(tmp_path).set_index("run_id").loc["r-v2-0001"]
     assert old["schema_version"] == store.SCHEMA_VERSION
     assert old["binding_ok"] and list(old["mems_allowed_seen"]) == [0]
-    for column in ("mempolicies_seen", "mem_anon_kib_by_node", "mem_local_fraction", "numa_by_proc", "straddle",
-                   "slots_override", "numa_maps_reads"):  # fmt: skip
+    for column in (
+        "mempolicies_seen",
+        "mem_anon_kib_by_node",
+        "mem_local_fraction",
+        "numa_by_proc",
+        "straddle",
+        "slots_override",
+        "numa_maps_reads",
+    ):
         assert old[column] is None or pd.isna(old[column]), column
 
 
@@ -364,8 +381,10 @@ def test_v3_file_reads_with_the_iteration_columns_unknown(tmp_path):
 
 def test_iterations_table_round_trips_and_needs_its_run(tmp_path):
     row = full_row("r1", "s1")
-    its = [{"iteration": i, "ttft_ms": 10.0 + i, "decode_tok_s": 100.0, "steps": 2, "step_ms": [4.0, 5.0]}
-           for i in range(3)]  # fmt: skip
+    its = [
+        {"iteration": i, "ttft_ms": 10.0 + i, "decode_tok_s": 100.0, "steps": 2, "step_ms": [4.0, 5.0]}
+        for i in range(3)
+    ]
     store.write_iterations(tmp_path, row, its)
     # written first, committed by the run's own row: not read before it
     assert store.load_iterations(tmp_path, "s1").empty
@@ -396,7 +415,9 @@ def test_uncommitted_iterations_are_set_aside_by_the_rerun(tmp_path):
 def store_sweep(results, sweep_id: str, n: int, start: int = 0) -> list[str]:
     ids = [f"{sweep_id}-r{i:03d}" for i in range(start, start + n)]
     for i, rid in enumerate(ids):
-        store.write_run(results, {**full_row(rid, sweep_id), "order_index": start + i, "decode_tok_s": 100.0 + start + i})
+        store.write_run(
+            results, {**full_row(rid, sweep_id), "order_index": start + i, "decode_tok_s": 100.0 + start + i}
+        )
     return ids
 
 
@@ -453,8 +474,10 @@ def test_racing_compactions_write_disjoint_parts(tmp_path, monkeypatch):
     def stale_then_real(results, sweep_id=None):
         looks.append(sweep_id)
         if len(looks) == 1:
-            store.write_once(tmp_path / "compacted" / "sweep=s1" / "part-0000.parquet",
-                             store.read_table(tmp_path, "s1").slice(0, 2).cast(store.file_schema()))
+            store.write_once(
+                tmp_path / "compacted" / "sweep=s1" / "part-0000.parquet",
+                store.read_table(tmp_path, "s1").slice(0, 2).cast(store.file_schema()),
+            )
             return []
         return real_parts(results, sweep_id)
 
@@ -515,5 +538,3 @@ def test_consolidation_merges_loose_parts_and_still_counts_every_row_once(tmp_pa
     files, ids = exclusions(tmp_path)
     left = set(store.scan(tmp_path, ["run_id"], skip=files).column("run_id").to_pylist()) - ids
     assert left == set(sweeps["s0"] + sweeps["s1"] + late)
-
-

@@ -9,7 +9,7 @@ import math
 import re
 import shutil
 import subprocess
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import numpy as np
@@ -18,20 +18,27 @@ import yaml
 from PIL import Image
 
 from omni.errors import OmniError
-from omni.report import VERDICT_COLORS, comparison_markdown, html_report, summary_markdown
+from omni.report import VERDICT_COLORS, as_json, comparison_markdown, html_report, summary_markdown
 from omni.retract import retract
 from omni.runner import validity_rules
 from omni.spec import Arm
 from omni.store import write_run
-from omni.report import as_json
 from omni.summary import calibrate_from, compare_sweeps, nightly_changes, summarize_sweep, sweep_history
 from tests.test_cli import omni
 
-T0 = datetime(2026, 11, 1, tzinfo=timezone.utc)
+T0 = datetime(2026, 11, 1, tzinfo=UTC)
 
 
-def store_sweep(results: Path, sweep_id: str, arms: dict[str, list[float]], *, name: str = "s", day: int = 0,
-                memory: float = 100.0, extra: dict | None = None) -> list[str]:  # fmt: skip
+def store_sweep(
+    results: Path,
+    sweep_id: str,
+    arms: dict[str, list[float]],
+    *,
+    name: str = "s",
+    day: int = 0,
+    memory: float = 100.0,
+    extra: dict | None = None,
+) -> list[str]:
     """Rows as a sweep would store them: decode_tok_s values per arm, fixed memory."""
     run_ids = []
     order = 0
@@ -39,20 +46,37 @@ def store_sweep(results: Path, sweep_id: str, arms: dict[str, list[float]], *, n
         config = {"name": arm, "engine": "synthetic", **(extra or {}).get(arm, {})}
         for pass_index, value in enumerate(values):
             run_id = hashlib.sha256(f"{sweep_id}{arm}{pass_index}".encode()).hexdigest()[:16]
-            write_run(results, {
-                "run_id": run_id, "sweep_id": sweep_id, "sweep_name": name, "status": "ok", "arm": arm,
-                "pass_index": pass_index, "order_index": order, "host": "fixture-host", "engine": "synthetic",
-                "arm_json": json.dumps(config, sort_keys=True), "decode_tok_s": value,
-                "rss_anon_steady_mb": memory, "mmap": False,
-                "started_at": T0 + timedelta(days=day, seconds=order), "finished_at": T0 + timedelta(days=day, seconds=order + 1),
-            })  # fmt: skip
+            write_run(
+                results,
+                {
+                    "run_id": run_id,
+                    "sweep_id": sweep_id,
+                    "sweep_name": name,
+                    "status": "ok",
+                    "arm": arm,
+                    "pass_index": pass_index,
+                    "order_index": order,
+                    "host": "fixture-host",
+                    "engine": "synthetic",
+                    "arm_json": json.dumps(config, sort_keys=True),
+                    "decode_tok_s": value,
+                    "rss_anon_steady_mb": memory,
+                    "mmap": False,
+                    "started_at": T0 + timedelta(days=day, seconds=order),
+                    "finished_at": T0 + timedelta(days=day, seconds=order + 1),
+                },
+            )
             run_ids.append(run_id)
             order += 1
     return run_ids
 
 
 def file_digests(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 @pytest.mark.parametrize(
@@ -85,16 +109,31 @@ def test_a_file_can_be_retracted_by_path_and_the_cli_says_so(tmp_path):
 def test_calibration_measures_noise_and_drift_per_workload(tmp_path):
     # two sweeps of the same two workloads ("a" and its replica "b" are one
     # workload; "big" another); the second sweep sits 3 % higher
-    store_sweep(tmp_path, "c1", {"a": [100, 102, 98, 101, 99], "b": [100, 101, 99, 103, 97], "big": [50, 50.5, 49.5]},
-                extra={"big": {"params": {"mem_mb": 5}}})  # fmt: skip
-    store_sweep(tmp_path, "c2", {"a": [103, 105, 101, 104, 102], "b": [103, 104, 102, 106, 100], "big": [50, 50.5, 49.5]},
-                extra={"big": {"params": {"mem_mb": 5}}})  # fmt: skip
+    store_sweep(
+        tmp_path,
+        "c1",
+        {"a": [100, 102, 98, 101, 99], "b": [100, 101, 99, 103, 97], "big": [50, 50.5, 49.5]},
+        extra={"big": {"params": {"mem_mb": 5}}},
+    )
+    store_sweep(
+        tmp_path,
+        "c2",
+        {"a": [103, 105, 101, 104, 102], "b": [103, 104, 102, 106, 100], "big": [50, 50.5, 49.5]},
+        extra={"big": {"params": {"mem_mb": 5}}},
+    )
     record = json.loads(calibrate_from(tmp_path, ["c1", "c2"]).read_text())
     assert record["host"] == "fixture-host" and record["sweeps"] == ["c1", "c2"]
     by_arms = {tuple(w["arms"]): w for w in record["workloads"].values()}
     aa, big = by_arms[("a", "b")], by_arms[("big",)]
-    logs = {k: np.log(v) for k, v in {"c1a": [100, 102, 98, 101, 99], "c1b": [100, 101, 99, 103, 97],
-                                       "c2a": [103, 105, 101, 104, 102], "c2b": [103, 104, 102, 106, 100]}.items()}
+    logs = {
+        k: np.log(v)
+        for k, v in {
+            "c1a": [100, 102, 98, 101, 99],
+            "c1b": [100, 101, 99, 103, 97],
+            "c2a": [103, 105, 101, 104, 102],
+            "c2b": [103, 104, 102, 106, 100],
+        }.items()
+    }
     noise = math.sqrt(sum(((x - x.mean()) ** 2).sum() for x in logs.values()) / 16)
     assert aa["noise"]["decode_tok_s"] == pytest.approx(noise) and aa["runs"] == 20
     means = [np.concatenate([logs["c1a"], logs["c1b"]]).mean(), np.concatenate([logs["c2a"], logs["c2b"]]).mean()]
@@ -103,8 +142,9 @@ def test_calibration_measures_noise_and_drift_per_workload(tmp_path):
     assert big["drift"]["decode_tok_s"] == 0.0  # it did not move: all its spread is run noise
     # a sweep of that workload says which calibration it used; compare adds the measured drift
     store_sweep(tmp_path, "s1", {"a": [100, 101, 99]}, name="x")
-    store_sweep(tmp_path, "s2", {"a": [100, 101, 99], "other": [1, 2, 3]}, name="x",
-                extra={"other": {"params": {"mem_mb": 9}}})  # fmt: skip
+    store_sweep(
+        tmp_path, "s2", {"a": [100, 101, 99], "other": [1, 2, 3]}, name="x", extra={"other": {"params": {"mem_mb": 9}}}
+    )
     summary = summarize_sweep(tmp_path, "s2")
     assert summary.calibrations["a"].startswith("calibration ") and "c1, c2" in summary.calibrations["a"]
     assert summary.calibrations["other"] == "none"
@@ -153,11 +193,25 @@ def test_load_time_of_an_arm_whose_runs_mixed_warm_and_cold_compiled_starts_is_r
     assert judge(frame, frame, "a", "b", "load_s", 0.05).comparison is not None
 
     for i, state in enumerate(["compiled", "loaded", "loaded"]):
-        write_run(tmp_path, {
-            "run_id": f"mixed{i}", "sweep_id": "mixed", "sweep_name": "s", "status": "ok", "arm": "a", "pass_index": i,
-            "order_index": i, "host": "fixture-host", "engine": "vllm", "arm_json": json.dumps({"name": "a"}),
-            "load_s": 20.0 + i, "compile_cache": state, "started_at": T0, "finished_at": T0 + timedelta(seconds=1),
-        })  # fmt: skip
+        write_run(
+            tmp_path,
+            {
+                "run_id": f"mixed{i}",
+                "sweep_id": "mixed",
+                "sweep_name": "s",
+                "status": "ok",
+                "arm": "a",
+                "pass_index": i,
+                "order_index": i,
+                "host": "fixture-host",
+                "engine": "vllm",
+                "arm_json": json.dumps({"name": "a"}),
+                "load_s": 20.0 + i,
+                "compile_cache": state,
+                "started_at": T0,
+                "finished_at": T0 + timedelta(seconds=1),
+            },
+        )
     warnings = summarize_sweep(tmp_path, "mixed").warnings
     assert any(w.startswith("mixed compile cache: a's runs started 2 loaded, 1 compiled") for w in warnings), warnings
 
@@ -189,7 +243,9 @@ def test_nightly_regression_is_flagged_with_run_ids_on_both_sides(tmp_path):
     assert "n5" in improvement.history_sweeps  # the bad night stays in the window: no hiding
     assert not set(small) & {r for c in changes for r in c.run_ids}
     done = omni("regressions", "nightly", "--results", str(tmp_path), "--window", "5")
-    assert done.returncode == 0 and "regression" in done.stdout and bad[0] in done.stdout  # the newest (n7) did not regress
+    assert (
+        done.returncode == 0 and "regression" in done.stdout and bad[0] in done.stdout
+    )  # the newest (n7) did not regress
 
 
 def chromium() -> str:
@@ -200,7 +256,9 @@ def chromium() -> str:
 
 def test_html_report_renders_in_headless_chromium(tmp_path):
     for night in range(4):
-        store_sweep(tmp_path, f"n{night}", {"base": [100 + night, 101, 99], "slow": [80, 82, 78]}, name="nightly", day=night)
+        store_sweep(
+            tmp_path, f"n{night}", {"base": [100 + night, 101, 99], "slow": [80, 82, 78]}, name="nightly", day=night
+        )
     summary = summarize_sweep(tmp_path, "n3")
     page = tmp_path / "report.html"
     page.write_text(html_report(summary, sweep_history(tmp_path, summary)))
@@ -208,13 +266,30 @@ def test_html_report_renders_in_headless_chromium(tmp_path):
     external = re.findall(r'(?:src|href)="(?!#)[^"]*"', text) + re.findall(r"url\((?!#)", text)
     assert not external, external[:5]  # self-contained: nothing fetched, links only inside the page
     dom = subprocess.run(
-        [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-         f"--user-data-dir={tmp_path / 'profile-dom'}", "--dump-dom", page.as_uri()],
-        capture_output=True, text=True, timeout=120,
-    ).stdout  # fmt: skip
+        [
+            chromium(),
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--disable-background-networking",
+            f"--user-data-dir={tmp_path / 'profile-dom'}",
+            "--dump-dom",
+            page.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    ).stdout
     # the named parts, as the browser built them
-    for element in ('<nav id="contents">', '<div id="forest"><svg', '<table id="results">', '<section id="trends">',
-                    '<table id="provenance-table">', 'href="#results-table"'):  # fmt: skip
+    for element in (
+        '<nav id="contents">',
+        '<div id="forest"><svg',
+        '<table id="results">',
+        '<section id="trends">',
+        '<table id="provenance-table">',
+        'href="#results-table"',
+    ):
         assert element in dom, element
     for metric in summary.metrics:
         assert f'id="metric-{metric}"' in dom and f'href="#metric-{metric}"' in dom, metric
@@ -223,12 +298,26 @@ def test_html_report_renders_in_headless_chromium(tmp_path):
     assert "fixture-host" in dom  # provenance block
     shot = tmp_path / "shot.png"
     done = subprocess.run(
-        [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         f"--user-data-dir={tmp_path / 'profile'}", "--hide-scrollbars", "--window-size=900,1400",
-         f"--screenshot={shot}", page.as_uri()],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        [
+            chromium(),
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            "--hide-scrollbars",
+            "--window-size=900,1400",
+            f"--screenshot={shot}",
+            page.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert shot.exists(), done.stderr[-2000:]
     gray = Image.open(shot).convert("L")
     histogram = gray.histogram()  # 256 bins of gray levels
@@ -237,8 +326,11 @@ def test_html_report_renders_in_headless_chromium(tmp_path):
     # every forest row is drawn in its verdict's color: 'slow' is worse, in red
     forest = dom.split('<div id="forest">', 1)[1].split("</div>", 1)[0]
     drawn = dict(re.findall(r'<g id="forest-([^"]+)">\s*<path [^>]*?stroke: (#[0-9a-f]{6})', forest))
-    judged = {f"{arm}-{metric}": j.comparison.verdict for (arm, metric), j in summary.judged.items()
-              if j.comparison and j.comparison.ci_low}  # fmt: skip
+    judged = {
+        f"{arm}-{metric}": j.comparison.verdict
+        for (arm, metric), j in summary.judged.items()
+        if j.comparison and j.comparison.ci_low
+    }
     assert drawn == {row: VERDICT_COLORS[verdict] for row, verdict in judged.items()}
     assert drawn["slow-decode_tok_s"] == VERDICT_COLORS["worse"] == "#cf222e"
 
@@ -310,16 +402,25 @@ def test_group_summary_over_a_scan_by_hand(tmp_path):
 def test_min_effect_from_the_spec_sets_the_margin_per_metric(tmp_path):
     """A 3 % slowdown with 0.5 % noise: worse; below a 5 % min_effect it is
     flagged as such, and a spec asking 2 % for decode_tok_s judges it in full."""
-    store_sweep(tmp_path, "me", {"base": [100, 100.5, 99.5, 100.2, 99.8], "slow": [97, 97.5, 96.5, 97.2, 96.8]},
-                memory=100.0)  # fmt: skip
+    store_sweep(
+        tmp_path, "me", {"base": [100, 100.5, 99.5, 100.2, 99.8], "slow": [97, 97.5, 96.5, 97.2, 96.8]}, memory=100.0
+    )
     default = summarize_sweep(tmp_path, "me")
     c = default.judged[("slow", "decode_tok_s")].comparison
     assert c.verdict == "worse" and c.below_min_effect and default.min_effects["decode_tok_s"] == (0.05, "default")
     assert default.min_effects["rss_anon_steady_mb"] == (0.01, "default")
     folder = tmp_path / "sweeps" / "me"
     folder.mkdir(parents=True)
-    (folder / "spec.yaml").write_text(yaml.safe_dump({"name": "s", "baseline": "base", "min_effect": {
-        "default": 0.1, "decode_tok_s": 0.02}, "arms": [{"name": "base", "engine": "synthetic"}]}))  # fmt: skip
+    (folder / "spec.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "name": "s",
+                "baseline": "base",
+                "min_effect": {"default": 0.1, "decode_tok_s": 0.02},
+                "arms": [{"name": "base", "engine": "synthetic"}],
+            }
+        )
+    )
     given = summarize_sweep(tmp_path, "me")
     assert given.min_effects["decode_tok_s"] == (0.02, "spec min_effect.decode_tok_s")
     c = given.judged[("slow", "decode_tok_s")].comparison
@@ -330,15 +431,21 @@ def test_min_effect_from_the_spec_sets_the_margin_per_metric(tmp_path):
 
 @pytest.mark.parametrize(
     "min_effect, needle",
-    [(1.5, "is not a relative effect"), ({"decode_tokens": 0.05}, "'decode_tokens' is no judged metric"),
-     ({"run_id": 0.05}, "'run_id' is no judged metric"), (0, "is not a relative effect")],
-)  # fmt: skip
+    [
+        (1.5, "is not a relative effect"),
+        ({"decode_tokens": 0.05}, "'decode_tokens' is no judged metric"),
+        ({"run_id": 0.05}, "'run_id' is no judged metric"),
+        (0, "is not a relative effect"),
+    ],
+)
 def test_bad_min_effect_is_a_spec_error(tmp_path, min_effect, needle):
     from omni.errors import SpecError
     from omni.spec import load_spec
 
     path = tmp_path / "s.yaml"
-    path.write_text(yaml.safe_dump({"name": "s", "min_effect": min_effect, "arms": [{"name": "a", "engine": "synthetic"}]}))
+    path.write_text(
+        yaml.safe_dump({"name": "s", "min_effect": min_effect, "arms": [{"name": "a", "engine": "synthetic"}]})
+    )
     with pytest.raises(SpecError) as info:
         load_spec(path)
     assert needle in str(info.value) and "min_effect" in str(info.value)
@@ -370,16 +477,37 @@ def test_a_nightly_that_regressed_ends_failed_naming_arm_metric_ratio_and_runs(t
     for night in range(3):
         store_sweep(tmp_path, f"n{night}", {"a": [1000.0, 1001.0, 999.0]}, name="nightly-t", day=night)
     spec = tmp_path / "nightly-t.yaml"
-    spec.write_text(yaml.safe_dump({"name": "nightly-t", "passes": 3, "busy_threshold_pct": 100, "arms": [
-        {"name": "a", "engine": "synthetic", "max_tokens": 4, "params": {"step_sleep_ms": 20, "work_per_token": 100}}]}))  # fmt: skip
+    spec.write_text(
+        yaml.safe_dump(
+            {
+                "name": "nightly-t",
+                "passes": 3,
+                "busy_threshold_pct": 100,
+                "arms": [
+                    {
+                        "name": "a",
+                        "engine": "synthetic",
+                        "max_tokens": 4,
+                        "params": {"step_sleep_ms": 20, "work_per_token": 100},
+                    }
+                ],
+            }
+        )
+    )
     script = (
         "import sys\nfrom flows.sweep import sweep\n"
         "state = sweep(spec=sys.argv[1], results=sys.argv[2], force=True, fail_on_regression=True, return_state=True)\n"
         "print('STATE', state.type.value)\nprint(state.message)\n"
     )
     env = {**__import__("os").environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
-    done = subprocess.run([sys.executable, "-c", script, str(spec), str(tmp_path)], capture_output=True, text=True,
-                          timeout=280, env=env, cwd=Path(__file__).resolve().parent.parent)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(spec), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=280,
+        env=env,
+        cwd=Path(__file__).resolve().parent.parent,
+    )
     assert "STATE FAILED" in done.stdout, done.stdout[-2000:] + done.stderr[-3000:]
     assert "regression(s) against the earlier sweeps of this spec" in done.stdout
     line = next(x for x in done.stdout.splitlines() if x.startswith("- a decode_tok_s: x0.0"))
@@ -389,8 +517,9 @@ def test_a_nightly_that_regressed_ends_failed_naming_arm_metric_ratio_and_runs(t
 def spec_copy(results: Path, sweep_id: str, arms: list[str], **fields) -> None:
     folder = results / "sweeps" / sweep_id
     folder.mkdir(parents=True)
-    (folder / "spec.yaml").write_text(yaml.safe_dump({"name": "s", "passes": 5, **fields,
-                                                      "arms": [{"name": a, "engine": "synthetic"} for a in arms]}))
+    (folder / "spec.yaml").write_text(
+        yaml.safe_dump({"name": "s", "passes": 5, **fields, "arms": [{"name": a, "engine": "synthetic"} for a in arms]})
+    )
 
 
 def test_a_control_that_differs_from_its_replica_flags_the_metric_untrustworthy(tmp_path):
@@ -402,12 +531,17 @@ def test_a_control_that_differs_from_its_replica_flags_the_metric_untrustworthy(
     assert calm.judged[("base.control", "decode_tok_s")].comparison.verdict == "equivalent"
     assert "this host behaved" in summary_markdown(calm)
     # the host slowed down under the control's runs: A/A says 8 % worse
-    store_sweep(tmp_path, "bad", {"base": steady, "new": [90, 90.4, 89.6, 90.1, 89.9],
-                                  "base.control": [92, 92.3, 91.7, 92.1, 91.9]})  # fmt: skip
+    store_sweep(
+        tmp_path,
+        "bad",
+        {"base": steady, "new": [90, 90.4, 89.6, 90.1, 89.9], "base.control": [92, 92.3, 91.7, 92.1, 91.9]},
+    )
     spec_copy(tmp_path, "bad", ["base", "new"])
     shaky = summarize_sweep(tmp_path, "bad")
     assert set(shaky.untrusted) == {"decode_tok_s"} and "not stable" in shaky.untrusted["decode_tok_s"]
-    assert any(w.startswith("untrustworthy decode_tok_s: the A/A control base.control came out worse") for w in shaky.warnings)
+    assert any(
+        w.startswith("untrustworthy decode_tok_s: the A/A control base.control came out worse") for w in shaky.warnings
+    )
     text = summary_markdown(shaky)
     assert "worse: x0.900" in text and "(untrustworthy: see the control)" in text and "differs on decode_tok_s" in text
     assert as_json(shaky)["untrusted"] == shaky.untrusted
@@ -421,8 +555,17 @@ def test_a_control_that_differs_from_its_replica_flags_the_metric_untrustworthy(
 @pytest.mark.timeout(600)
 def test_omni_calibrate_runs_two_sweeps_and_summaries_name_it(tmp_path):
     results = tmp_path / "results"
-    done = omni("calibrate", "arms/calibrate-synthetic.yaml", "--sweeps", "2", "--passes", "3", "--results",
-                str(results), "--force")  # fmt: skip
+    done = omni(
+        "calibrate",
+        "arms/calibrate-synthetic.yaml",
+        "--sweeps",
+        "2",
+        "--passes",
+        "3",
+        "--results",
+        str(results),
+        "--force",
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     (path,) = (results / "calibrations").glob("*/*.json")
     record = json.loads(path.read_text())
@@ -432,8 +575,7 @@ def test_omni_calibrate_runs_two_sweeps_and_summaries_name_it(tmp_path):
     assert "noise" in done.stdout and "drift" in done.stdout and str(path) in done.stdout
     summary = summarize_sweep(results, record["sweeps"][0])
     assert summary.calibrations == {"a": f"calibration {path.name} (sweeps {', '.join(record['sweeps'])})"} | {
-        "b": summary.calibrations["a"]}
+        "b": summary.calibrations["a"]
+    }
     again = omni("calibrate", "--from", record["sweeps"][1], "--results", str(results))
     assert again.returncode == 0 and "(1 sweep)" in again.stdout, again.stdout + again.stderr[-2000:]
-
-

@@ -44,8 +44,11 @@ def test_slots_stay_on_their_node_and_alternate_nodes(tmp_path):
     topo = read_topology(xeon_8480c_2s(tmp_path))
     slots = allocate_slots(topo, cores=24)
     assert [(s.index, s.node, s.cpus[0], len(s.cpus)) for s in slots] == [
-        (0, 0, 0, 24), (1, 1, 56, 24), (2, 0, 24, 24), (3, 1, 80, 24)
-    ]  # fmt: skip
+        (0, 0, 0, 24),
+        (1, 1, 56, 24),
+        (2, 0, 24, 24),
+        (3, 1, 80, 24),
+    ]
     assert all(s.mems == (s.node,) for s in slots)
     two = allocate_slots(topo, cores=28, count=2)
     assert [(s.node, format_cpulist(s.cpus), s.mems) for s in two] == [(0, "0-27", (0,)), (1, "56-83", (1,))]
@@ -95,7 +98,12 @@ def test_sub_numa_clustering_gives_a_slot_per_cluster(tmp_path):
     slots = allocate_slots(topo)
     assert [(s.node, format_cpulist(s.cpus)) for s in slots] == [(0, "0-7"), (1, "8-15"), (2, "16-23"), (3, "24-31")]
     smt = allocate_slots(topo, cores=4, smt=True, count=4)
-    assert [(s.node, format_cpulist(s.cpus)) for s in smt] == [(0, "0-3,32-35"), (1, "8-11,40-43"), (2, "16-19,48-51"), (3, "24-27,56-59")]
+    assert [(s.node, format_cpulist(s.cpus)) for s in smt] == [
+        (0, "0-3,32-35"),
+        (1, "8-11,40-43"),
+        (2, "16-19,48-51"),
+        (3, "24-27,56-59"),
+    ]
 
 
 def test_offline_cpus_and_memory_only_node(tmp_path):
@@ -103,7 +111,9 @@ def test_offline_cpus_and_memory_only_node(tmp_path):
     topo = read_topology(root)
     assert topo.nodes[0].cpus == (0, 1, 2) and topo.offline == (3,) and topo.present == (0, 1, 2, 3)
     assert topo.nodes[1].cpus == () and topo.nodes[1].mem_total_kb == 256 << 20
-    with pytest.raises(OmniError, match=r"node 1 has no online CPUs \(a memory-only node, e.g. CXL\?\); nodes with CPUs: 0"):
+    with pytest.raises(
+        OmniError, match=r"node 1 has no online CPUs \(a memory-only node, e.g. CXL\?\); nodes with CPUs: 0"
+    ):
         allocate_slots(topo, node=1)
     with pytest.raises(OmniError, match=r"CPU\(s\) 3 that are offline \(online: 0-2\).*cpu3/online"):
         allocate_slots(topo, cpus=[[2, 3]])

@@ -22,9 +22,17 @@ from omni.vllm_plugin.patch import REGISTRY, RETAINING_MALLOC, apply_patch, sele
 from tests.test_engines import SIDE_BY_SIDE, TINY, VLLM_PY, write_spec
 
 GiB, MiB = 1 << 30, 1 << 20
-VLLM_ARM = {"engine": "vllm", "model": "tiny-llama", "compile_mode": "eager", "context_len": 192,
-            "prompt_len": 64, "max_tokens": 8, "batch_size": 2, "kv_cache_bytes": 256 * MiB,
-            "patches": "none"}  # stock unless a test asks for a patch  # fmt: skip
+VLLM_ARM = {
+    "engine": "vllm",
+    "model": "tiny-llama",
+    "compile_mode": "eager",
+    "context_len": 192,
+    "prompt_len": 64,
+    "max_tokens": 8,
+    "batch_size": 2,
+    "kv_cache_bytes": 256 * MiB,
+    "patches": "none",
+}  # stock unless a test asks for a patch
 
 
 def test_registry_matches_the_names_the_spec_accepts():
@@ -34,7 +42,10 @@ def test_registry_matches_the_names_the_spec_accepts():
 def test_selection():
     assert selected("all") == list(names.PATCHES)
     assert selected("none") == selected(None) == []
-    assert selected("explicit_kv_cache_memory,aot_compile_cache_load") == ["explicit_kv_cache_memory", "aot_compile_cache_load"]
+    assert selected("explicit_kv_cache_memory,aot_compile_cache_load") == [
+        "explicit_kv_cache_memory",
+        "aot_compile_cache_load",
+    ]
 
 
 # vllm/platforms/cpu.py as vLLM 0.32 has it (the lines the patch reads), as a
@@ -62,7 +73,8 @@ class CpuPlatform:
 
 
 CPU_PLATFORM["fixed"] = CPU_PLATFORM["buggy"].replace(
-    'os.environ[env_key] != ""', "cache_config.kv_cache_memory_bytes is None")
+    'os.environ[env_key] != ""', "cache_config.kv_cache_memory_bytes is None"
+)
 
 
 @pytest.fixture
@@ -162,21 +174,36 @@ def statuses(row: dict, patch: str) -> set[str]:
 # against a run that differs from it by that patch alone. Stock vs kv: the
 # KV patch; kv vs kv-release: the memory patch, at the same 256 MiB of KV.
 # VLLM_CPU_KVCACHE_SPACE=1 (GiB): the legacy variable a shared host may export.
-INT4_ARM = {**VLLM_ARM, "quantization": "cpu_int4", "params": {"int4_group_size": 32},
-            "env": {**RETAINING_MALLOC, "VLLM_CPU_KVCACHE_SPACE": "1"}}  # fmt: skip
+INT4_ARM = {
+    **VLLM_ARM,
+    "quantization": "cpu_int4",
+    "params": {"int4_group_size": 32},
+    "env": {**RETAINING_MALLOC, "VLLM_CPU_KVCACHE_SPACE": "1"},
+}
 # A KV budget no block fits in, beside them: on two slots, four runs take as long as three.
-TINY_KV_ARM = {"engine": "vllm", "model": "tiny-llama", "compile_mode": "eager", "prompt_len": 128, "max_tokens": 64,
-               "batch_size": 4, "context_len": 192, "kv_cache_bytes": 4096}  # fmt: skip
+TINY_KV_ARM = {
+    "engine": "vllm",
+    "model": "tiny-llama",
+    "compile_mode": "eager",
+    "prompt_len": 128,
+    "max_tokens": 64,
+    "batch_size": 4,
+    "context_len": 192,
+    "kv_cache_bytes": 4096,
+}
 
 
 @pytest.fixture(scope="module")
 def eager_rows(tmp_path_factory) -> dict[str, dict]:
-    return run_arms_side_by_side(tmp_path_factory.mktemp("eager"), [
-        {**INT4_ARM, "name": "stock"},
-        {**INT4_ARM, "name": "kv", "patches": ["explicit_kv_cache_memory"]},
-        {**INT4_ARM, "name": "kv-release", "patches": ["explicit_kv_cache_memory", "release_memory_after_load"]},
-        {**TINY_KV_ARM, "name": "tiny-kv"},
-    ])  # fmt: skip
+    return run_arms_side_by_side(
+        tmp_path_factory.mktemp("eager"),
+        [
+            {**INT4_ARM, "name": "stock"},
+            {**INT4_ARM, "name": "kv", "patches": ["explicit_kv_cache_memory"]},
+            {**INT4_ARM, "name": "kv-release", "patches": ["explicit_kv_cache_memory", "release_memory_after_load"]},
+            {**TINY_KV_ARM, "name": "tiny-kv"},
+        ],
+    )
 
 
 @pytest.mark.engines
@@ -226,8 +253,6 @@ def test_warm_compiled_start_loads_its_aot_artifact_only_with_the_patch(tmp_path
     assert states == {"cold": "compiled", "stock": "recompiled", "patched": "loaded"}, states  # stored, per run
 
 
-
-
 @pytest.mark.engines
 @pytest.mark.timeout(600)
 def test_memory_freed_while_loading_goes_back_to_the_os_only_with_the_patch(eager_rows):
@@ -247,11 +272,15 @@ def test_compile_cache_state_is_read_from_vllms_own_log_lines():
     from omni.engines.vllm import compile_cache_state
 
     # as vLLM 0.32 wrote them in this file's warm-compiled test
-    saved = ("(Worker pid=17825) INFO 12-01 12:30:19 [decorators.py:743] [backbone] saved AOT compiled function to "
-             "/tmp/cache/torch_compile_cache/torch_aot_compile/3ecd44d8/rank_0_0/model")  # fmt: skip
+    saved = (
+        "(Worker pid=17825) INFO 12-01 12:30:19 [decorators.py:743] [backbone] saved AOT compiled function to "
+        "/tmp/cache/torch_compile_cache/torch_aot_compile/3ecd44d8/rank_0_0/model"
+    )
     loaded = "(Worker pid=9) INFO [decorators.py:320] [backbone] Directly load AOT compilation from path /tmp/cache/x"
-    again = ("(Worker pid=9) WARNING [decorators.py:334] [backbone] Compiling model again due to a load failure from "
-             "/tmp/cache/x, reason: 'function' object has no attribute 'finalize_loading'")  # fmt: skip
+    again = (
+        "(Worker pid=9) WARNING [decorators.py:334] [backbone] Compiling model again due to a load failure from "
+        "/tmp/cache/x, reason: 'function' object has no attribute 'finalize_loading'"
+    )
     assert compile_cache_state([saved]) == "compiled"
     assert compile_cache_state([loaded]) == "loaded"
     assert compile_cache_state([again, saved]) == "recompiled"

@@ -119,7 +119,9 @@ def new_context(llama_cpp, model, arm: dict, cb_eval=None) -> tuple[object, int]
     return ctx, cparams.n_ctx
 
 
-def profile(lm: Loaded, arm: dict, prompts: list[list[int]], steps: int, untraced: list[dict]) -> tuple[dict, float | None]:
+def profile(
+    lm: Loaded, arm: dict, prompts: list[list[int]], steps: int, untraced: list[dict]
+) -> tuple[dict, float | None]:
     """``steps`` steps with every node timed (:class:`NodeTimer`), in a context of
     their own: the timed iterations ran without the callback. Returns the
     profile and the overhead, median traced decode step over median untraced."""
@@ -133,16 +135,26 @@ def profile(lm: Loaded, arm: dict, prompts: list[list[int]], steps: int, untrace
         if timer.error:
             raise RuntimeError(f"ggml eval callback failed: {timer.error}")
     overhead = profile_overhead(untraced, [ms / 1000 for kind, ms in timer.step_ms.values() if kind == "decode"])
-    head = [llama_cpp.llama_vocab_n_tokens(llama_cpp.llama_model_get_vocab(lm.model)), llama_cpp.llama_model_n_embd(lm.model)]
+    head = [
+        llama_cpp.llama_vocab_n_tokens(llama_cpp.llama_model_get_vocab(lm.model)),
+        llama_cpp.llama_model_n_embd(lm.model),
+    ]
     return {"records": timer.records(), "head_shape": head}, overhead
 
 
 class _Tensor(ctypes.Structure):
     """The head of ggml's ``struct ggml_tensor`` (ggml.h), as far as omni reads it."""
 
-    _fields_ = [("type", ctypes.c_int), ("buffer", ctypes.c_void_p), ("ne", ctypes.c_int64 * 4),
-                ("nb", ctypes.c_size_t * 4), ("op", ctypes.c_int), ("op_params", ctypes.c_int32 * 16),
-                ("flags", ctypes.c_int32), ("src", ctypes.c_void_p * 10)]  # fmt: skip
+    _fields_ = [
+        ("type", ctypes.c_int),
+        ("buffer", ctypes.c_void_p),
+        ("ne", ctypes.c_int64 * 4),
+        ("nb", ctypes.c_size_t * 4),
+        ("op", ctypes.c_int),
+        ("op_params", ctypes.c_int32 * 16),
+        ("flags", ctypes.c_int32),
+        ("src", ctypes.c_void_p * 10),
+    ]
 
 
 class NodeTimer:
@@ -206,10 +218,22 @@ class NodeTimer:
         return True  # go on computing
 
     def records(self) -> list[dict]:
-        return [{"step": step, "step_kind": self.step_ms[step][0], "step_ms": self.step_ms[step][1], "op": op,
-                 "shapes": shapes, "dtypes": types, "calls": calls, "self_ms": ms,
-                 "method": GGML_EVAL_CALLBACK, "distorting": True}
-                for (step, op, shapes, types), (calls, ms) in sorted(self.totals.items()) if step in self.step_ms]  # fmt: skip
+        return [
+            {
+                "step": step,
+                "step_kind": self.step_ms[step][0],
+                "step_ms": self.step_ms[step][1],
+                "op": op,
+                "shapes": shapes,
+                "dtypes": types,
+                "calls": calls,
+                "self_ms": ms,
+                "method": GGML_EVAL_CALLBACK,
+                "distorting": True,
+            }
+            for (step, op, shapes, types), (calls, ms) in sorted(self.totals.items())
+            if step in self.step_ms
+        ]
 
 
 def _dims(ne) -> list[int]:
@@ -292,7 +316,9 @@ def run(arm: dict) -> dict:
     lm = load(path, arm)
     load_s = time.perf_counter() - t0
     mark_phase("loaded")
-    log(f"loaded {path.name} in {load_s:.2f} s, n_ctx={lm.n_ctx}, threads={arm['threads_effective']}, mmap={params['mmap']}")
+    log(
+        f"loaded {path.name} in {load_s:.2f} s, n_ctx={lm.n_ctx}, threads={arm['threads_effective']}, mmap={params['mmap']}"
+    )
     seed = arm.get("prompt_seed", 0)
     # drawn before the first timed iteration, so no first sight waits on Python between iterations
     prompts, fresh_batch = (f(batch, prompt_len, lm.n_vocab, seed) for f in (token_prompts, fresh_prompts))
@@ -317,16 +343,28 @@ def run(arm: dict) -> dict:
         # llama.cpp's own phase totals over the timed iterations (t_load_ms: the
         # whole load); with a batch, every decode is a multi-token one, which it
         # files under prompt eval, so its split is not vLLM's prefill/decode
-        "perf": {"t_load_ms": perf.t_load_ms, "t_p_eval_ms": perf.t_p_eval_ms, "n_p_eval": perf.n_p_eval,
-                 "t_eval_ms": perf.t_eval_ms, "n_eval": perf.n_eval, "n_reused": perf.n_reused},
-        "config": {"n_ctx": lm.n_ctx, "threads": arm["threads_effective"], "mmap": params["mmap"], "gguf": path.name,
-                   "prompt_seed": seed, "prompts_sha256": prompts_digest(prompts)},
+        "perf": {
+            "t_load_ms": perf.t_load_ms,
+            "t_p_eval_ms": perf.t_p_eval_ms,
+            "n_p_eval": perf.n_p_eval,
+            "t_eval_ms": perf.t_eval_ms,
+            "n_eval": perf.n_eval,
+            "n_reused": perf.n_reused,
+        },
+        "config": {
+            "n_ctx": lm.n_ctx,
+            "threads": arm["threads_effective"],
+            "mmap": params["mmap"],
+            "gguf": path.name,
+            "prompt_seed": seed,
+            "prompts_sha256": prompts_digest(prompts),
+        },
         "provenance": {
             "engine_version": f"llama-cpp-python {llama_cpp.__version__}",
             "engine_commit": ggml_commit(),
             "system_info": llama_cpp.llama_print_system_info().decode(),
         },
-    }  # fmt: skip
+    }
 
 
 if __name__ == "__main__":

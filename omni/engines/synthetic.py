@@ -95,8 +95,10 @@ def spawn_daemon() -> int:
 
 
 # x86_64 and aarch64 syscall numbers: glibc has no wrapper for these (libnuma does)
-_SYSCALLS = {"x86_64": {"set_mempolicy": 238, "migrate_pages": 256},
-             "aarch64": {"set_mempolicy": 237, "migrate_pages": 238}}  # fmt: skip
+_SYSCALLS = {
+    "x86_64": {"set_mempolicy": 238, "migrate_pages": 256},
+    "aarch64": {"set_mempolicy": 237, "migrate_pages": 238},
+}
 MPOL_DEFAULT = 0
 
 
@@ -139,9 +141,13 @@ def escape_binding(how: str, slot_nodes: list[int], mb: float) -> mmap.mmap | No
         return touch_anonymous(max(mb, 1.0))
     others = sorted(set(online_nodes()) - set(slot_nodes))
     if not others:
-        raise RuntimeError(f"escape=migrate_pages needs a NUMA node outside the slot's {slot_nodes}; this host has none")
+        raise RuntimeError(
+            f"escape=migrate_pages needs a NUMA node outside the slot's {slot_nodes}; this host has none"
+        )
     old, new = _nodemask(slot_nodes), _nodemask(others[:1])
-    left = _syscall("migrate_pages", ctypes.c_int(os.getpid()), ctypes.c_ulong(64), ctypes.byref(old), ctypes.byref(new))
+    left = _syscall(
+        "migrate_pages", ctypes.c_int(os.getpid()), ctypes.c_ulong(64), ctypes.byref(old), ctypes.byref(new)
+    )
     log(f"escape: migrated pages from nodes {slot_nodes} to node {others[0]} ({left} could not move)")
     return None
 
@@ -205,10 +211,14 @@ def run(arm: dict) -> dict:
     while params["hang"]:
         time.sleep(3600)
     seed = arm.get("prompt_seed", 0)
-    prompts, fresh_batch = (f(arm["batch_size"], arm["prompt_len"], VOCAB, seed) for f in (token_prompts, fresh_prompts))
+    prompts, fresh_batch = (
+        f(arm["batch_size"], arm["prompt_len"], VOCAB, seed) for f in (token_prompts, fresh_prompts)
+    )
     seen: set = set()  # the simulated prefix cache (params.prefix_cache)
-    iterations = [generate(arm, params, prompts, seen, short=i == params.get("short_iteration"))
-                  for i in range(params["iterations"])]  # fmt: skip
+    iterations = [
+        generate(arm, params, prompts, seen, short=i == params.get("short_iteration"))
+        for i in range(params["iterations"])
+    ]
     fresh = generate(arm, params, fresh_batch, seen)  # the repeat audit's second first sight, in no metric
     mark_phase("steady")
     time.sleep(params["hold_s"])
@@ -220,8 +230,13 @@ def run(arm: dict) -> dict:
         "metrics": {"load_s": load_s},
         "iterations": iterations,
         "fresh": fresh,
-        "config": {"procs": procs, "mem_mb_per_proc": mb_each, "daemon_pid": daemon_pid,
-                   "prompt_seed": seed, "prompts_sha256": prompts_digest(prompts)},
+        "config": {
+            "procs": procs,
+            "mem_mb_per_proc": mb_each,
+            "daemon_pid": daemon_pid,
+            "prompt_seed": seed,
+            "prompts_sha256": prompts_digest(prompts),
+        },
         "provenance": {"engine_version": "synthetic-1"},
     }
 

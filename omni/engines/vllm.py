@@ -25,7 +25,6 @@ from omni.engines.common import fresh_prompts, profile_overhead, prompts_digest,
 from omni.engines.protocol import log, mark_phase, serve
 from omni.vllm_plugin.names import QUANT_VAR, REPORT_VAR, SELECT_VAR
 
-
 # What vLLM 0.32 logs (vllm/compilation/decorators.py) when a compiled start
 # gets its graph: from a warm AOT artifact, by compiling (and saving) it, or by
 # compiling again after an artifact failed to load. The artifact's key covers
@@ -91,9 +90,13 @@ def engine_kwargs(arm: dict) -> dict:
     if arm.get("quantization") == "cpu_int4":
         os.environ[QUANT_VAR] = "cpu_int4"  # the plugin registers it in every process
         kwargs["quantization"] = "cpu_int4"
-        kwargs["hf_overrides"] = {"quantization_config": {
-            "quant_method": "cpu_int4", "group_size": params["int4_group_size"],
-            "lm_head_bf16": not params["int4_lm_head"]}}  # fmt: skip
+        kwargs["hf_overrides"] = {
+            "quantization_config": {
+                "quant_method": "cpu_int4",
+                "group_size": params["int4_group_size"],
+                "lm_head_bf16": not params["int4_lm_head"],
+            }
+        }
     if arm.get("kv_cache_bytes"):
         kwargs["kv_cache_memory_bytes"] = arm["kv_cache_bytes"]
     return kwargs
@@ -108,8 +111,12 @@ def kv_cache_bytes(llm) -> tuple[int | None, dict]:
     per_token = 2 * layers * model.get_num_kv_heads(config.parallel_config) * model.get_head_size()
     per_token *= 2 if str(model.dtype).endswith(("bfloat16", "float16")) else 4
     effective = blocks * cache.block_size * per_token if blocks else None
-    return effective, {"num_blocks": blocks, "block_size": cache.block_size, "dtype": str(model.dtype),
-                       "kv_cache_memory_bytes": getattr(cache, "kv_cache_memory_bytes", None)}  # fmt: skip
+    return effective, {
+        "num_blocks": blocks,
+        "block_size": cache.block_size,
+        "dtype": str(model.dtype),
+        "kv_cache_memory_bytes": getattr(cache, "kv_cache_memory_bytes", None),
+    }
 
 
 def timed_generate(llm, prompts, max_tokens: int) -> dict:
@@ -130,8 +137,9 @@ def timed_generate(llm, prompts, max_tokens: int) -> dict:
 
     engine = llm.llm_engine
     # one for every request, as LLM.generate passes them (each request gets a clone)
-    sampling = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True, detokenize=False,
-                              output_kind=RequestOutputKind.DELTA)  # fmt: skip
+    sampling = SamplingParams(
+        temperature=0.0, max_tokens=max_tokens, ignore_eos=True, detokenize=False, output_kind=RequestOutputKind.DELTA
+    )
     t0 = time.perf_counter()
     ids = []
     for p in prompts:
@@ -176,10 +184,16 @@ def profiler_config(trace_dir: Path, steps: int):
     from vllm.config import ProfilerConfig
 
     return ProfilerConfig(
-        profiler="torch", torch_profiler_dir=str(trace_dir), torch_profiler_activities=["CPU"],
-        torch_profiler_with_stack=False, torch_profiler_use_gzip=False, torch_profiler_record_shapes=True,
-        ignore_frontend=True, delay_iterations=1, max_iterations=steps,
-    )  # fmt: skip
+        profiler="torch",
+        torch_profiler_dir=str(trace_dir),
+        torch_profiler_activities=["CPU"],
+        torch_profiler_with_stack=False,
+        torch_profiler_use_gzip=False,
+        torch_profiler_record_shapes=True,
+        ignore_frontend=True,
+        delay_iterations=1,
+        max_iterations=steps,
+    )
 
 
 def profiled_generations(llm, prompts, max_tokens: int, steps: int) -> list[dict]:
@@ -228,8 +242,10 @@ def wheel_identity(module: str) -> dict:
     except metadata.PackageNotFoundError:
         return {}
     record = dist.read_text("RECORD") or ""
-    return {"engine_dist": f"{dist.metadata['Name']} {dist.version}",
-            "engine_dist_record_sha256": hashlib.sha256(record.encode()).hexdigest()}  # fmt: skip
+    return {
+        "engine_dist": f"{dist.metadata['Name']} {dist.version}",
+        "engine_dist_record_sha256": hashlib.sha256(record.encode()).hexdigest(),
+    }
 
 
 def run(arm: dict) -> dict:
@@ -264,7 +280,8 @@ def run(arm: dict) -> dict:
         mark_phase("profiling")
         generations = profiled_generations(llm, prompts, max_tokens, profile["steps"])
         metrics["profile_overhead"] = profile_overhead(
-            iterations, traced_decode_steps(generations, max_tokens, profile["steps"]))
+            iterations, traced_decode_steps(generations, max_tokens, profile["steps"])
+        )
         config = llm.llm_engine.model_config
         traced = {"trace_dir": str(trace_dir), "head_shape": [config.get_vocab_size(), config.get_hidden_size()]}
     mark_phase("steady")
@@ -275,12 +292,21 @@ def run(arm: dict) -> dict:
         "fresh": fresh,
         "profile": traced,
         "patch_report": read_patch_report(report_path),
-        "config": {**kv_config, "omp_threads_bind": os.environ.get("VLLM_CPU_OMP_THREADS_BIND"),
-                   "enforce_eager": kwargs["enforce_eager"], "max_model_len": kwargs["max_model_len"],
-                   "prompt_seed": seed, "prompts_sha256": prompts_digest(prompts)},
-        "provenance": {"engine_version": f"vllm {vllm.__version__}", "torch_version": torch.__version__,
-                       "engine_commit": vllm_commit(), **wheel_identity("vllm")},
-    }  # fmt: skip
+        "config": {
+            **kv_config,
+            "omp_threads_bind": os.environ.get("VLLM_CPU_OMP_THREADS_BIND"),
+            "enforce_eager": kwargs["enforce_eager"],
+            "max_model_len": kwargs["max_model_len"],
+            "prompt_seed": seed,
+            "prompts_sha256": prompts_digest(prompts),
+        },
+        "provenance": {
+            "engine_version": f"vllm {vllm.__version__}",
+            "torch_version": torch.__version__,
+            "engine_commit": vllm_commit(),
+            **wheel_identity("vllm"),
+        },
+    }
 
 
 if __name__ == "__main__":

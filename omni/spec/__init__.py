@@ -27,8 +27,8 @@ from omni.errors import SpecError
 from omni.spec.matrix import MAX_MATRIX_ARMS, MatrixBlock
 from omni.spec.models import (
     ENGINE_PARAMS,
-    Hosts,
     Arm,
+    Hosts,
     LlamacppParams,
     ProfileRequest,
     SlotRequest,

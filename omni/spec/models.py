@@ -39,14 +39,14 @@ def _check_name(value: str) -> str:
         raise problem(f"must be at most {_NAME_MAX} characters, got {len(value)}")
     if not _NAME.match(value):
         raise problem(
-            f"{value!r} is not a valid name: use letters, digits and _ . = + - "
-            "(starting with a letter or digit)"
+            f"{value!r} is not a valid name: use letters, digits and _ . = + - (starting with a letter or digit)"
         )
     return value
 
 
 def _matching(pattern: re.Pattern, what: str):
     """A validator: the value must match ``pattern``, else it is not ``what``."""
+
     def check(value: str) -> str:
         if not pattern.match(value):
             raise problem(f"{value!r} is not {what}")
@@ -57,8 +57,11 @@ def _matching(pattern: re.Pattern, what: str):
 
 _check_env_name = _matching(ENV_NAME, "an environment variable name (letters, digits and _, not starting with a digit)")
 HOST_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
-_check_host_name = _matching(HOST_NAME, "a fleet host name: lower-case letters, digits, _ and - (starting with a "
-                             "letter or digit, at most 63), as given to omni worker --host")  # fmt: skip
+_check_host_name = _matching(
+    HOST_NAME,
+    "a fleet host name: lower-case letters, digits, _ and - (starting with a "
+    "letter or digit, at most 63), as given to omni worker --host",
+)
 
 
 Name = Annotated[str, AfterValidator(_check_name)]
@@ -317,7 +320,6 @@ class SlotRequest(SpecModel):
         if self.cpus is None:
             return None
         return [parse_cpulist(text) for text in ([self.cpus] if isinstance(self.cpus, str) else self.cpus)]
-
 
 
 # --- identity ---

@@ -27,10 +27,7 @@ def problem(text: str) -> PydanticCustomError:
 
 
 def validation_error(title: str, problems: list[Problem]) -> ValidationError:
-    details = [
-        InitErrorDetails(type=problem(text), loc=loc, input=None)
-        for loc, text in dict.fromkeys(problems)
-    ]
+    details = [InitErrorDetails(type=problem(text), loc=loc, input=None) for loc, text in dict.fromkeys(problems)]
     return ValidationError.from_exception_data(title, details)
 
 

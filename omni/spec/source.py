@@ -85,8 +85,7 @@ def _require_mapping(data: Any, source: str) -> None:
         raise SpecError(f"{source}:1 the file holds no data (only comments?); a spec needs name: and arms:")
     if not isinstance(data, dict):
         raise SpecError(
-            f"{source}:1 the top level must be a mapping of sweep keys (name:, arms:, ...), "
-            f"got a {type(data).__name__}"
+            f"{source}:1 the top level must be a mapping of sweep keys (name:, arms:, ...), got a {type(data).__name__}"
         )
 
 

@@ -78,7 +78,7 @@ class Sweep(SpecModel):
             planned = self.control
         return name if planned else None
 
-    def _with_control(self) -> "Sweep":
+    def _with_control(self) -> Sweep:
         """The sweep with its control arm appended (once: a sweep read back
         from its own dump already has it); the control replicates the
         baseline's timed runs, not its profiled ones."""
@@ -114,14 +114,18 @@ class Sweep(SpecModel):
             if arm.name in seen:
                 problems.append((("arms", i, "name"), f"arm name {arm.name!r} is used by an earlier arm too"))
             if arm.name.endswith(CONTROL_SUFFIX) and arm.name != f"{self.baseline_arm}{CONTROL_SUFFIX}":
-                problems.append((("arms", i, "name"), f"arm names ending in {CONTROL_SUFFIX!r} are kept for the "
-                                 "A/A control arm omni adds (control: true); rename the arm"))  # fmt: skip
+                problems.append(
+                    (
+                        ("arms", i, "name"),
+                        f"arm names ending in {CONTROL_SUFFIX!r} are kept for the "
+                        "A/A control arm omni adds (control: true); rename the arm",
+                    )
+                )
             seen.add(arm.name)
         if self.baseline is not None and self.baseline not in seen:
             names = ", ".join(a.name for a in self.arms)
             problems.append((("baseline",), f"no arm is named {self.baseline!r} (arms: {names})"))
         return problems
-
 
 
 # --- display ---

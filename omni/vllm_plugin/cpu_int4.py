@@ -46,7 +46,7 @@ def quantize_groups(weight: torch.Tensor, group_size: int) -> tuple[torch.Tensor
 class CpuInt4LinearMethod(UnquantizedLinearMethod):
     """Loads bf16 like an unquantized layer, then swaps in packed int4."""
 
-    def __init__(self, config: "CpuInt4Config") -> None:
+    def __init__(self, config: CpuInt4Config) -> None:
         super().__init__()
         self.config = config
 
@@ -66,9 +66,11 @@ class CpuInt4LinearMethod(UnquantizedLinearMethod):
     def apply(self, layer: torch.nn.Module, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         shape = x.shape
         out = torch.ops.aten._weight_int4pack_mm_for_cpu(
-            x.reshape(-1, shape[-1]).to(torch.bfloat16), layer.int4_weight, self.config.group_size,
+            x.reshape(-1, shape[-1]).to(torch.bfloat16),
+            layer.int4_weight,
+            self.config.group_size,
             layer.int4_scales_and_zeros,
-        )  # fmt: skip
+        )
         out = out.reshape(*shape[:-1], layer.int4_out_features).to(x.dtype)
         return out + bias if bias is not None else out
 
@@ -97,7 +99,7 @@ class CpuInt4Config(QuantizationConfig):
         return []
 
     @classmethod
-    def from_config(cls, config: dict[str, Any]) -> "CpuInt4Config":
+    def from_config(cls, config: dict[str, Any]) -> CpuInt4Config:
         return cls(int(config.get("group_size", 128)), bool(config.get("lm_head_bf16", True)))
 
     def get_quant_method(self, layer: torch.nn.Module, prefix: str):

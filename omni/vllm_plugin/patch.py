@@ -226,10 +226,14 @@ def report(results: dict[str, tuple[str, str]]) -> None:
     path = os.environ.get(REPORT_VAR)
     if not path:
         return
-    line = json.dumps({
-        "pid": os.getpid(), "process": _process_name(),
-        "patches": {name: {"status": s, "detail": d} for name, (s, d) in results.items()},
-    }, sort_keys=True)  # fmt: skip
+    line = json.dumps(
+        {
+            "pid": os.getpid(),
+            "process": _process_name(),
+            "patches": {name: {"status": s, "detail": d} for name, (s, d) in results.items()},
+        },
+        sort_keys=True,
+    )
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         os.write(fd, (line + "\n").encode())  # one write: lines from processes never interleave

@@ -48,9 +48,23 @@ def missing_tools() -> list[str]:
 def vng_argv(out: Path, command: str) -> list[str]:
     vng = str(VENV_BIN / "vng") if (VENV_BIN / "vng").exists() else "vng"
     return [
-        vng, "--run", str(guest_kernel()), "--disable-kvm", "--cpus", "2", "--memory", "4G",
-        "--numa", "2G,cpus=0", "--numa", "2G,cpus=1", "--rwdir", str(out), "--exec", command,
-    ]  # fmt: skip
+        vng,
+        "--run",
+        str(guest_kernel()),
+        "--disable-kvm",
+        "--cpus",
+        "2",
+        "--memory",
+        "4G",
+        "--numa",
+        "2G,cpus=0",
+        "--numa",
+        "2G,cpus=1",
+        "--rwdir",
+        str(out),
+        "--exec",
+        command,
+    ]
 
 
 def boot(out: Path, capture: bool = False, timeout_s: float = 780) -> dict:
@@ -62,15 +76,24 @@ def boot(out: Path, capture: bool = False, timeout_s: float = 780) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     # The guest cannot write the host's tree: compile omni's bytecode here, or
     # every guest process would recompile it (tens of seconds under TCG).
-    subprocess.run([sys.executable, "-m", "compileall", "-q", str(REPO / "omni"), str(REPO / "tests" / "numa_vm")], check=True)
+    subprocess.run(
+        [sys.executable, "-m", "compileall", "-q", str(REPO / "omni"), str(REPO / "tests" / "numa_vm")], check=True
+    )
     guest_cmd = f"cd {REPO} && {sys.executable} tests/numa_vm/guest.py {out}" + (" --capture" if capture else "")
     env = {**os.environ, "PATH": f"{VENV_BIN}:{os.environ.get('PATH', '')}"}  # vng runs virtme-run from there
     started = time.monotonic()
     log = out / "guest.log"
     with open(log, "w") as sink:
         # own session: on a timeout, QEMU (vng's child) goes down with vng
-        guest = subprocess.Popen(vng_argv(out, guest_cmd), stdout=sink, stderr=subprocess.STDOUT, env=env, cwd=REPO,
-                                 stdin=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+        guest = subprocess.Popen(
+            vng_argv(out, guest_cmd),
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=REPO,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         try:
             code = guest.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:

@@ -43,20 +43,23 @@ SWEEPS = {
     # one slot per node (cores: 1 on a 1-core-per-node guest), two runs each
     "pair": {"slots": {"cores": 1}, "passes": 2, "arms": [synthetic("a"), synthetic("b")]},
     # engines that leave their binding: each must come back invalid
-    "escape": {"slots": {"cores": 1}, "passes": 1,
-               "arms": [synthetic("reset", escape="reset_policy"), synthetic("migrate", escape="migrate_pages")]},
+    "escape": {
+        "slots": {"cores": 1},
+        "passes": 1,
+        "arms": [synthetic("reset", escape="reset_policy"), synthetic("migrate", escape="migrate_pages")],
+    },
     # one slot across both nodes, memory bound to both
     "straddle": {"slots": {"cpus": "0-1", "straddle": True}, "passes": 1, "arms": [synthetic("wide")]},
-}  # fmt: skip
+}
 
 
 def run_sweeps(out: Path) -> dict:
-    from omni.sweep import prepare_sweep, run_sweep_items
-
     # pyarrow imports pandas lazily on the first row written: about 25 s under
     # TCG (1 s on the host), which would otherwise sit between the first and
     # second runs of every slot and hide the makespan being measured
     import pandas  # noqa: F401
+
+    from omni.sweep import prepare_sweep, run_sweep_items
 
     report = {}
     for name, body in SWEEPS.items():
@@ -66,8 +69,11 @@ def run_sweeps(out: Path) -> dict:
         prepared = prepare_sweep(spec, results=out / "results")
         started = time.monotonic()
         rows = run_sweep_items(prepared)
-        report[name] = {"sweep_id": prepared.sweep_id, "wall_s": time.monotonic() - started,
-                        "statuses": [r["status"] for r in rows]}  # fmt: skip
+        report[name] = {
+            "sweep_id": prepared.sweep_id,
+            "wall_s": time.monotonic() - started,
+            "statuses": [r["status"] for r in rows],
+        }
         print(f"guest: sweep {name}: {report[name]}", flush=True)
     return report
 
@@ -103,8 +109,12 @@ def main() -> int:
     report: dict = {"boot_s": uptime_s(), "python": sys.version.split()[0]}
     started = time.monotonic()
     topo = subprocess.run([str(VENV_BIN / "omni"), "topology"], capture_output=True, text=True, cwd=REPO)
-    report["topology"] = {"rc": topo.returncode, "stdout": topo.stdout, "stderr": topo.stderr[-2000:],
-                          "s": time.monotonic() - started}  # fmt: skip
+    report["topology"] = {
+        "rc": topo.returncode,
+        "stdout": topo.stdout,
+        "stderr": topo.stderr[-2000:],
+        "s": time.monotonic() - started,
+    }
     if "--capture" in sys.argv:
         capture(out)
     imported = time.monotonic()

@@ -36,16 +36,20 @@ def test_arms_from_before_prompt_seed_keep_their_hashes():
     before = {
         "917ad2d1f978be082c865cd1808c147bf2bafb4b3cb87bb39a856f0282cefc28": Arm(name="a", engine="synthetic"),
         "d2014e605b22f222451aafbf64a8fcdfaff4d2061162aabbbc17753ba8859845": Arm(
-            name="v", engine="vllm", model="tiny-llama", batch_size=2, prompt_len=64, max_tokens=16),
+            name="v", engine="vllm", model="tiny-llama", batch_size=2, prompt_len=64, max_tokens=16
+        ),
         "1177492a41b687250d6529659dcfa8008caa3389fb36f1cbec9b8ff77d3cc5da": Arm(
-            name="l", engine="llamacpp", model="tiny-llama", params={"iterations": 3}),
-    }  # fmt: skip
+            name="l", engine="llamacpp", model="tiny-llama", params={"iterations": 3}
+        ),
+    }
     for digest, arm in before.items():
         assert arm_hash(arm) == digest, canonical_arm_json(arm)
         spelled = arm.model_copy(update={"prompt_seed": 0})
         assert arm_hash(spelled) == digest
     plain = Arm(name="a", engine="synthetic")
-    assert arm_hash(Arm(name="a", engine="synthetic", params={"prefix_cache": 0.0, "short_iteration": None})) == arm_hash(plain)
+    assert arm_hash(
+        Arm(name="a", engine="synthetic", params={"prefix_cache": 0.0, "short_iteration": None})
+    ) == arm_hash(plain)
     other = Arm(name="a", engine="synthetic", prompt_seed=1)
     assert arm_hash(other) != arm_hash(plain) and '"prompt_seed":1' in canonical_arm_json(other)
     assert arm_hash(Arm(name="a", engine="synthetic", params={"prefix_cache": 0.5})) != arm_hash(plain)
@@ -89,8 +93,10 @@ def test_repeat_audit_allows_noise_and_catches_a_cache():
 
 
 def test_run_metrics_keep_each_iterations_token_counts():
-    raws = [{"ttft_s": 0.01, "e2e_s": 0.05, "step_s": [0.01] * 3, "tokens": [4, 4]},
-            {"ttft_s": 0.01, "e2e_s": 0.04, "step_s": [0.01] * 2, "tokens": [4, 3]}]  # fmt: skip
+    raws = [
+        {"ttft_s": 0.01, "e2e_s": 0.05, "step_s": [0.01] * 3, "tokens": [4, 4]},
+        {"ttft_s": 0.01, "e2e_s": 0.04, "step_s": [0.01] * 2, "tokens": [4, 3]},
+    ]
     _, per = run_metrics(2, 8, 4, raws)
     assert [p["tokens"] for p in per] == [[4, 4], [4, 3]]
     _, old = run_metrics(2, 8, 4, [{"ttft_s": 0.01, "e2e_s": 0.05, "step_s": []}])
@@ -100,13 +106,27 @@ def test_run_metrics_keep_each_iterations_token_counts():
 def test_summary_flags_a_prompt_seed_rerun_that_differs_beyond_min_effect(tmp_path):
     from tests.test_summary import store_sweep
 
-    store_sweep(tmp_path, "sw", {"seed0": [100, 101, 99, 100], "seed1": [80, 81, 79, 80], "other": [80, 81, 79, 80],
-                                 "seed0.control": [80, 81, 79, 80]},  # the A/A control: same prompts, not this audit
-                extra={"seed1": {"prompt_seed": 1}, "other": {"threads": 2}})  # fmt: skip
+    store_sweep(
+        tmp_path,
+        "sw",
+        {
+            "seed0": [100, 101, 99, 100],
+            "seed1": [80, 81, 79, 80],
+            "other": [80, 81, 79, 80],
+            "seed0.control": [80, 81, 79, 80],
+        },  # the A/A control: same prompts, not this audit
+        extra={"seed1": {"prompt_seed": 1}, "other": {"threads": 2}},
+    )
     flagged = [w for w in summarize_sweep(tmp_path, "sw").warnings if w.startswith("prompt_seed audit failed")]
-    assert len(flagged) == 1 and "seed1, the baseline seed0 on other prompts, came out worse on decode_tok_s" in flagged[0]
-    store_sweep(tmp_path, "sw2", {"seed0": [100, 101, 99, 100], "seed1": [100, 99, 101, 100]},
-                extra={"seed1": {"prompt_seed": 1}})  # fmt: skip
+    assert (
+        len(flagged) == 1 and "seed1, the baseline seed0 on other prompts, came out worse on decode_tok_s" in flagged[0]
+    )
+    store_sweep(
+        tmp_path,
+        "sw2",
+        {"seed0": [100, 101, 99, 100], "seed1": [100, 99, 101, 100]},
+        extra={"seed1": {"prompt_seed": 1}},
+    )
     assert not [w for w in summarize_sweep(tmp_path, "sw2").warnings if "prompt_seed audit" in w]
 
 
@@ -119,11 +139,24 @@ def test_files_from_before_the_audits_read_with_them_unknown(tmp_path):
     runs, its = (tmp_path / kind / "sweep=s6" for kind in ("runs", "iterations"))
     for folder in (runs, its):
         folder.mkdir(parents=True)
-    pq.write_table(pa.table({"schema_version": pa.array([6], pa.int16()), "run_id": ["r6"], "sweep_id": ["s6"],
-                             "status": ["ok"], "arm": ["a"], "iterations": pa.array([5], pa.int32())}), runs / "r6.parquet")
+    pq.write_table(
+        pa.table(
+            {
+                "schema_version": pa.array([6], pa.int16()),
+                "run_id": ["r6"],
+                "sweep_id": ["s6"],
+                "status": ["ok"],
+                "arm": ["a"],
+                "iterations": pa.array([5], pa.int32()),
+            }
+        ),
+        runs / "r6.parquet",
+    )
     old_schema = pa.schema([f for f in store.ITERATION_SCHEMA if f.name != "tokens"])
-    pq.write_table(pa.Table.from_pylist([{"run_id": "r6", "sweep_id": "s6", "iteration": 0, "ttft_ms": 5.0}],
-                                        schema=old_schema), its / "r6.parquet")  # fmt: skip
+    pq.write_table(
+        pa.Table.from_pylist([{"run_id": "r6", "sweep_id": "s6", "iteration": 0, "ttft_ms": 5.0}], schema=old_schema),
+        its / "r6.parquet",
+    )
     row = load_runs(tmp_path).iloc[0]
     for column in ("prompt_seed", "tokens_mismatch_iterations", "audit_repeat_ttft_ratio", "audit_fresh_ttft_ms"):
         assert pd.isna(row[column]), column  # not recorded then: null, not 0
@@ -136,16 +169,28 @@ def test_files_from_before_the_audits_read_with_them_unknown(tmp_path):
 
 def write_spec(tmp_path: Path, arms: list[dict], **sweep) -> Path:
     path = tmp_path / "spec.yaml"
-    spec = {"name": "audit", "passes": 1, "timeout_s": 120, "busy_threshold_pct": 100, "control": False, **sweep,
-            "arms": arms}  # fmt: skip
+    spec = {
+        "name": "audit",
+        "passes": 1,
+        "timeout_s": 120,
+        "busy_threshold_pct": 100,
+        "control": False,
+        **sweep,
+        "arms": arms,
+    }
     path.write_text(yaml.safe_dump(json.loads(json.dumps(spec))))
     return path
 
 
 @pytest.mark.slow
 def test_a_short_iteration_is_stored_and_makes_the_run_invalid(tmp_path):
-    base = {"engine": "synthetic", "prompt_len": 16, "max_tokens": 6, "batch_size": 2,
-            "params": {"work_per_token": 0, "iterations": 4}}  # fmt: skip
+    base = {
+        "engine": "synthetic",
+        "prompt_len": 16,
+        "max_tokens": 6,
+        "batch_size": 2,
+        "params": {"work_per_token": 0, "iterations": 4},
+    }
     arms = [{**base, "name": "full"}, {**base, "name": "short", "params": {**base["params"], "short_iteration": 2}}]
     results = tmp_path / "results"
     prepared = prepare_sweep(write_spec(tmp_path, arms), results=results, force=True)
@@ -156,7 +201,9 @@ def test_a_short_iteration_is_stored_and_makes_the_run_invalid(tmp_path):
     assert "tokens_mismatch" in short["warning_rules"]
     assert "iteration 2: asked 6 per sequence, got [6, 5]" in short["error"] and "tokens_mismatch" in short["error"]
     stored = load_runs(results).set_index("arm")
-    assert stored.loc["short", "tokens_mismatch_iterations"] == 1 and stored.loc["full", "tokens_mismatch_iterations"] == 0
+    assert (
+        stored.loc["short", "tokens_mismatch_iterations"] == 1 and stored.loc["full", "tokens_mismatch_iterations"] == 0
+    )
     its = load_iterations(results).sort_values("iteration")
     got = {arm: [list(t) for t in its.loc[its["arm"] == arm, "tokens"]] for arm in ("full", "short")}
     assert got["full"] == [[6, 6]] * 4 and got["short"] == [[6, 6], [6, 6], [6, 5], [6, 6]]
@@ -168,13 +215,19 @@ def test_synthetic_audit_reruns_seed_within_noise_and_a_cache_is_flagged(tmp_pat
     """Three arms, 3 passes: the same workload at prompt_seed 0 and 1, and a
     simulated prefix cache (a repeated prompt costs 10 % of its prefill).
     The prefill is heavy (TTFT mostly prefill) so a cache shows in TTFT."""
-    base = {"engine": "synthetic", "prompt_len": 64, "max_tokens": 4, "batch_size": 2,
-            "params": {"prefill_work_per_token": 20000, "work_per_token": 0, "step_sleep_ms": 2, "iterations": 5}}
+    base = {
+        "engine": "synthetic",
+        "prompt_len": 64,
+        "max_tokens": 4,
+        "batch_size": 2,
+        "params": {"prefill_work_per_token": 20000, "work_per_token": 0, "step_sleep_ms": 2, "iterations": 5},
+    }
     arms = [{**base, "name": "cached", "params": {**base["params"], "prefix_cache": 0.9}}]
     matrix = [{"name": "seed{prompt_seed}", "base": base, "axes": {"prompt_seed": [0, 1]}}]
     results = tmp_path / "results"
-    prepared = prepare_sweep(write_spec(tmp_path, arms, passes=3, baseline="seed0", matrix=matrix),
-                             results=results, force=True)  # fmt: skip
+    prepared = prepare_sweep(
+        write_spec(tmp_path, arms, passes=3, baseline="seed0", matrix=matrix), results=results, force=True
+    )
     rows = run_sweep_items(prepared)
     assert all(row["status"] == "ok" for row in rows), [row.get("error") for row in rows]
     frame = load_runs(results)
@@ -187,11 +240,17 @@ def test_synthetic_audit_reruns_seed_within_noise_and_a_cache_is_flagged(tmp_pat
     assert (by_arm["cached"]["audit_repeat_ttft_ratio"] < 0.5).all() and frame["audit_fresh_ttft_ms"].notna().all()
     for arm in ("seed0", "seed1"):
         assert not any("repeat_faster" in rules for rules in by_arm[arm]["warning_rules"]), arm
-        assert (by_arm[arm]["tokens_mismatch_iterations"] == 0).all() and (by_arm[arm]["prompt_seed"] == int(arm[-1])).all()
+        assert (by_arm[arm]["tokens_mismatch_iterations"] == 0).all() and (
+            by_arm[arm]["prompt_seed"] == int(arm[-1])
+        ).all()
     digests = {arm: {json.loads(c)["prompts_sha256"] for c in part["engine_config"]} for arm, part in by_arm.items()}
     assert len(digests["seed0"]) == len(digests["seed1"]) == 1 and digests["seed0"] != digests["seed1"]
     summary = summarize_sweep(results, prepared.sweep_id)
-    assert any(f"cached: {flagged} run(s) with repeat_faster" in w for judged in summary.judged.values() for w in judged.warnings)
+    assert any(
+        f"cached: {flagged} run(s) with repeat_faster" in w
+        for judged in summary.judged.values()
+        for w in judged.warnings
+    )
     seen = {m: summary.judged[("seed1", m)].comparison for m in TIMED if ("seed1", m) in summary.judged}
     print({m: (c.verdict, round(c.ratio, 3)) for m, c in seen.items()})
     assert seen and not [w for w in summary.warnings if "prompt_seed audit" in w], seen
@@ -224,4 +283,3 @@ def test_llamacpp_audit_reruns_with_another_seed_come_out_within_noise(tmp_path)
     seen = {m: summary.judged[("seed1", m)].comparison for m in TIMED}
     print({m: (c.verdict, round(c.ratio, 3), c.below_min_effect) for m, c in seen.items()})
     assert len(seen) == len(TIMED) and not [w for w in summary.warnings if "prompt_seed audit" in w], seen
-

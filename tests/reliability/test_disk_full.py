@@ -30,7 +30,9 @@ def small_disk(tmp_path):
     """A 16 MiB tmpfs: room for a sweep's rows and logs, not for a filler file."""
     mount = tmp_path / "disk"
     mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mount)], capture_output=True, text=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mount)], capture_output=True, text=True
+    )
     assert done.returncode == 0, f"this test mounts a tmpfs (needs root): {done.stderr}"
     yield mount
     subprocess.run(["umount", "-l", str(mount)], check=True)
@@ -54,16 +56,35 @@ def logs_started(results: Path) -> list[Path]:
 
 def test_a_full_results_disk_loses_no_stored_row_leaves_no_partial_file_and_resume_completes(small_disk, tmp_path):
     spec = tmp_path / "spec.yaml"
-    def arm(name: str) -> dict:
-        return {"name": name, "engine": "synthetic", "prompt_len": 16, "max_tokens": 8,
-                "params": {"work_per_token": 2000, "hold_s": 2}}  # fmt: skip
 
-    spec.write_text(yaml.safe_dump({"name": "disk-full", "passes": 2, "timeout_s": 60, "busy_threshold_pct": 100,
-                                    "slots": {"cpus": "0"},
-                                    "arms": [arm("a"), arm("b")]}))  # fmt: skip
+    def arm(name: str) -> dict:
+        return {
+            "name": name,
+            "engine": "synthetic",
+            "prompt_len": 16,
+            "max_tokens": 8,
+            "params": {"work_per_token": 2000, "hold_s": 2},
+        }
+
+    spec.write_text(
+        yaml.safe_dump(
+            {
+                "name": "disk-full",
+                "passes": 2,
+                "timeout_s": 60,
+                "busy_threshold_pct": 100,
+                "slots": {"cpus": "0"},
+                "arms": [arm("a"), arm("b")],
+            }
+        )
+    )
     results = small_disk / "results"
-    sweep = subprocess.Popen([*OMNI, "sweep", str(spec), "--results", str(results), "--force", "--json"],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    sweep = subprocess.Popen(
+        [*OMNI, "sweep", str(spec), "--results", str(results), "--force", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 240
     while len(logs_started(results)) < 2:  # the second run's engine is running; the first row is stored
         assert sweep.poll() is None and time.monotonic() < deadline, sweep.communicate()
@@ -73,7 +94,10 @@ def test_a_full_results_disk_loses_no_stored_row_leaves_no_partial_file_and_resu
     assert sweep.returncode == 1, err[-3000:]  # runs failed, the machinery did not
     outcome = json.loads(out)
     stored = load_runs(results)
-    assert len(stored) == 1 and stored["status"].iloc[0] == "ok", (stored[["arm", "status", "error"]].to_dict("records"), outcome["runs"])  # the row stored before the disk filled
+    assert len(stored) == 1 and stored["status"].iloc[0] == "ok", (
+        stored[["arm", "status", "error"]].to_dict("records"),
+        outcome["runs"],
+    )  # the row stored before the disk filled
     lost = [r for r in outcome["runs"] if r["status"] == "error"]
     assert len(lost) == 3, outcome["runs"]
     for run in lost:

@@ -25,9 +25,19 @@ from tests.test_harness import write_spec
 
 pytestmark = [pytest.mark.engines, pytest.mark.slow, pytest.mark.timeout(600)]
 
-VLLM_ARM = {"name": "vllm-eager", "engine": "vllm", "model": "tiny-llama", "dtype": "bfloat16",
-            "compile_mode": "eager", "context_len": 256, "prompt_len": 128, "max_tokens": 64, "batch_size": 4,
-            "kv_cache_bytes": 268435456, "params": {"hold_s": 2}}  # fmt: skip
+VLLM_ARM = {
+    "name": "vllm-eager",
+    "engine": "vllm",
+    "model": "tiny-llama",
+    "dtype": "bfloat16",
+    "compile_mode": "eager",
+    "context_len": 256,
+    "prompt_len": 128,
+    "max_tokens": 64,
+    "batch_size": 4,
+    "kv_cache_bytes": 268435456,
+    "params": {"hold_s": 2},
+}
 
 
 def wait_for_phase(log, phase: str, alive: threading.Thread, timeout_s: float = 300) -> None:
@@ -43,8 +53,9 @@ def test_sigkill_of_the_vllm_front_reaps_engine_core_and_worker_fails_the_row_an
     # run is on exactly the CPUs the killed one held
     # vLLM CPU takes 40-60 s to start on a quiet host: 60 s (write_spec's default)
     # timed out the clean second run on a loaded CI host
-    prepared = prepare_sweep(write_spec(tmp_path, [VLLM_ARM], passes=2, slots={"cpus": "0-1"}, timeout_s=300),
-                             results=results)  # fmt: skip
+    prepared = prepare_sweep(
+        write_spec(tmp_path, [VLLM_ARM], passes=2, slots={"cpus": "0-1"}, timeout_s=300), results=results
+    )
     first, second = sorted(prepared.items, key=lambda i: i.order_index)
     rows = {}
     runner = threading.Thread(target=lambda: rows.update(first=run_and_store(prepared.context, first)))
@@ -65,8 +76,10 @@ def test_sigkill_of_the_vllm_front_reaps_engine_core_and_worker_fails_the_row_an
     reaped_s = time.monotonic() - killed_at
     survivors = find_run_processes(first.run_id)
     assert not survivors, (survivors, names)
-    print(f"front killed; {len(tree) - 1} orphaned process(es) {sorted(names)} reaped and the row stored "
-          f"{reaped_s:.1f} s later")  # the README's reliability table quotes this
+    print(
+        f"front killed; {len(tree) - 1} orphaned process(es) {sorted(names)} reaped and the row stored "
+        f"{reaped_s:.1f} s later"
+    )  # the README's reliability table quotes this
     row = rows["first"]
     assert row["status"] == "failed" and row["error"].startswith("engine killed by SIGKILL"), row["error"]
     log = run_workdir(results, first) / "engine.log"

@@ -40,8 +40,10 @@ def engine_processes(marker: str, kind: bytes = b"omni.engines") -> list[int]:
 def slow_sweep(tmp_path: Path, arms: int) -> tuple[Path, Path]:
     """A spec of ``arms`` synthetic arms, 3 passes, each run 1.5 s loading two
     processes of 32 MiB: long enough to be interrupted mid-run. (spec, results)"""
-    config = [{"name": f"a{i}", "engine": "synthetic", "params": {"procs": 2, "mem_mb": 32, "load_s": 1.5}}
-              for i in range(arms)]  # fmt: skip
+    config = [
+        {"name": f"a{i}", "engine": "synthetic", "params": {"procs": 2, "mem_mb": 32, "load_s": 1.5}}
+        for i in range(arms)
+    ]
     spec = tmp_path / "slow.yaml"
     spec.write_text(yaml.safe_dump({"name": "slow", "passes": 3, "timeout_s": 60, "control": False, "arms": config}))
     return spec, tmp_path / "results"
@@ -93,8 +95,13 @@ def test_sigkill_then_ctrl_c_then_sigterm_mid_sweep_leave_nothing_behind_and_res
     env = {**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
     servers_before = set(engine_processes("", b"prefect.server"))
 
-    proc = subprocess.Popen([*OMNI, "sweep", str(spec), "--results", str(results), "--force"], cwd=REPO, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    proc = subprocess.Popen(
+        [*OMNI, "sweep", str(spec), "--results", str(results), "--force"],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     interrupt_mid_run(proc, results, 2, signal.SIGKILL)
     proc.wait()
     frame = assert_nothing_left(results, servers_before)
@@ -109,8 +116,15 @@ def test_sigkill_then_ctrl_c_then_sigterm_mid_sweep_leave_nothing_behind_and_res
     for sig, code in ((signal.SIGINT, 130), (signal.SIGTERM, 143)):
         # SIGINT as at a terminal: a shell without job control starts background jobs with SIGINT ignored,
         # and a Python started so never raises KeyboardInterrupt (the sweep would run to its end)
-        proc = subprocess.Popen(resume, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
+        proc = subprocess.Popen(
+            resume,
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
         interrupt_mid_run(proc, results, len(frame) + 1, sig)
         _, err = proc.communicate(timeout=120)
         # interrupted: exit 128 + the signal, or death by it after cleaning up (a shell's $? is 128 + N either way)
@@ -143,8 +157,9 @@ def test_an_unreachable_prefect_api_is_one_line_and_exit_3(tmp_path):
     assert done.returncode == 3, done.stderr[-2000:]
     assert "error: cannot reach the Prefect API (http://127.0.0.1:9/api)" in done.stderr
     assert "omni stack up" in done.stderr and "Traceback" not in done.stderr + done.stdout
-    debug = subprocess.run([*OMNI, "--debug", *argv[len(OMNI):]], capture_output=True, text=True, cwd=REPO, env=env,
-                           timeout=240)  # fmt: skip
+    debug = subprocess.run(
+        [*OMNI, "--debug", *argv[len(OMNI) :]], capture_output=True, text=True, cwd=REPO, env=env, timeout=240
+    )
     assert debug.returncode != 0 and "Traceback" in debug.stderr
 
 
@@ -169,9 +184,19 @@ def test_a_sweep_with_a_failed_run_exits_1_naming_it_and_keeps_the_good_row(tmp_
     Click returns a typer.Exit's code without standalone mode: omni once exited
     0 here."""
     spec = tmp_path / "failing.yaml"
-    spec.write_text(yaml.safe_dump({"name": "failing", "passes": 1, "timeout_s": 60, "arms": [
-        {"name": "good", "engine": "synthetic", "params": {"mem_mb": 8}},
-        {"name": "bad", "engine": "synthetic", "params": {"crash": True}}]}))  # fmt: skip
+    spec.write_text(
+        yaml.safe_dump(
+            {
+                "name": "failing",
+                "passes": 1,
+                "timeout_s": 60,
+                "arms": [
+                    {"name": "good", "engine": "synthetic", "params": {"mem_mb": 8}},
+                    {"name": "bad", "engine": "synthetic", "params": {"crash": True}},
+                ],
+            }
+        )
+    )
     results = tmp_path / "results"
     done = omni("sweep", str(spec), "--results", str(results), "--force", "--quiet")
     assert done.returncode == 1, (done.stdout[-2000:], done.stderr[-2000:])
@@ -195,9 +220,17 @@ def test_two_resumes_of_one_sweep_at_once_run_each_run_once_and_both_exit_0(tmp_
     write_manifest(started)
     planned = sorted(item.run_id for item in started.items)
     env = {**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
-    both = [subprocess.Popen([*OMNI, "sweep", "--resume", started.sweep_id, "--results", str(results), "--force",
-                              "--json"], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            for _ in range(2)]  # fmt: skip
+    both = [
+        subprocess.Popen(
+            [*OMNI, "sweep", "--resume", started.sweep_id, "--results", str(results), "--force", "--json"],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
     outcomes = []
     for proc in both:
         out, err = proc.communicate(timeout=400)

@@ -93,8 +93,12 @@ def start_sweep(url: str, host: Host, spec: Path, results: Path) -> str:
         host.start()
 
     with temporary_settings({PREFECT_API_URL: url}):
-        run = run_deployment("sweep/manual", timeout=0, work_queue_name=queue_name(HOST), parameters={
-            "spec": str(spec), "results": str(results), "cores": [str(CPU)], "force": True})  # fmt: skip
+        run = run_deployment(
+            "sweep/manual",
+            timeout=0,
+            work_queue_name=queue_name(HOST),
+            parameters={"spec": str(spec), "results": str(results), "cores": [str(CPU)], "force": True},
+        )
     return str(run.id)
 
 
@@ -184,15 +188,15 @@ def follow_up_run(host: Host, tmp_path: Path, monkeypatch) -> dict:
 
     monkeypatch.setenv(LOCK_DIR_VAR, str(host.base / f"locks-{host.name}"))
     spec = write_spec(tmp_path / "after.yaml", {"name": "quick", "engine": "synthetic", "max_tokens": 4})
-    prepared = prepare_sweep(spec, results=tmp_path / "after", force=True,
-                             slots_override=SlotOverride((str(CPU),), None, False))  # fmt: skip
+    prepared = prepare_sweep(
+        spec, results=tmp_path / "after", force=True, slots_override=SlotOverride((str(CPU),), None, False)
+    )
     (row,) = run_sweep_items(prepared)
     return row
 
 
 def write_spec(path: Path, arm: dict) -> Path:
-    path.write_text(yaml.safe_dump({"name": path.stem, "passes": 1, "timeout_s": 120, "control": False,
-                                    "arms": [arm]}))  # fmt: skip
+    path.write_text(yaml.safe_dump({"name": path.stem, "passes": 1, "timeout_s": 120, "control": False, "arms": [arm]}))
     return path
 
 
@@ -206,8 +210,10 @@ def test_a_cancel_reaps_the_engines_and_ends_cancelled(prefect_api, host, tmp_pa
         client.set_flow_run_state(flow_run_id, Cancelling())
     state, alive_at_end, engines_for = wait_final(prefect_api, flow_run_id)
     left = left_behind(host, results, run_id)
-    print(f"cancel: state {state.type.value} ({state.message}); engines alive when it was final: {alive_at_end}, "
-          f"last seen {engines_for:.1f} s after the cancel; left behind: {left}")  # fmt: skip
+    print(
+        f"cancel: state {state.type.value} ({state.message}); engines alive when it was final: {alive_at_end}, "
+        f"last seen {engines_for:.1f} s after the cancel; left behind: {left}"
+    )
     assert state.type.value == "CANCELLED", state.message
     assert alive_at_end == 0 and left == NOTHING_LEFT
     # the flow-run process handled the worker's SIGTERM itself (Prefect's engine logs this),
@@ -218,7 +224,10 @@ def test_a_cancel_reaps_the_engines_and_ends_cancelled(prefect_api, host, tmp_pa
 
 
 def test_a_kill_9_of_the_worker_crashes_its_flow_run_and_leaves_no_ghost(
-    prefect_api, host, tmp_path, monkeypatch  # noqa: F811 - fixture
+    prefect_api,
+    host,
+    tmp_path,
+    monkeypatch,  # noqa: F811 - fixture
 ):
     results = tmp_path / "results"
     flow_run_id = start_sweep(prefect_api, host, write_spec(tmp_path / "orphaned.yaml", HELD), results)
@@ -227,8 +236,10 @@ def test_a_kill_9_of_the_worker_crashes_its_flow_run_and_leaves_no_ghost(
     host.proc.wait(10)
     state, alive_at_end, engines_for = wait_final(prefect_api, flow_run_id)
     left = left_behind(host, results, run_id)
-    print(f"kill -9: state {state.type.value} ({state.message}); engines alive when it was final: {alive_at_end}, "
-          f"last seen {engines_for:.1f} s after the kill; left behind: {left}")  # fmt: skip
+    print(
+        f"kill -9: state {state.type.value} ({state.message}); engines alive when it was final: {alive_at_end}, "
+        f"last seen {engines_for:.1f} s after the kill; left behind: {left}"
+    )
     assert state.type.value == "CRASHED", state.message
     assert alive_at_end == 0 and left == NOTHING_LEFT  # no row: the run was cut short, --resume runs it
     said = flow_run_log(prefect_api, flow_run_id)

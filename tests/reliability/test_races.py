@@ -30,19 +30,50 @@ pytestmark = [pytest.mark.server, pytest.mark.slow, pytest.mark.timeout(600)]
 def test_a_deployment_run_racing_a_cli_run_runs_each_run_once_and_both_complete(prefect_api, worker, tmp_path):
     arms = [{"name": f"a{i}", "engine": "synthetic", "params": {"mem_mb": 8, "load_s": 1.0}} for i in range(2)]
     spec = tmp_path / "race.yaml"
-    spec.write_text(yaml.safe_dump({"name": "race", "passes": 2, "timeout_s": 60, "control": False,
-                                    "busy_threshold_pct": 100, "arms": arms}))  # fmt: skip
+    spec.write_text(
+        yaml.safe_dump(
+            {"name": "race", "passes": 2, "timeout_s": 60, "control": False, "busy_threshold_pct": 100, "arms": arms}
+        )
+    )
     results = tmp_path / "results"
     started = prepare_sweep(spec, results=results)  # planned, nothing stored: as if killed at once
     write_manifest(started)
     planned = sorted(item.run_id for item in started.items)
     local = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}  # the CLI on its ephemeral server
-    cli = subprocess.Popen([sys.executable, "-m", "omni.cli", "sweep", "--resume", started.sweep_id, "--results",
-                            str(results), "--force", "--json"], cwd=REPO, env=local, stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, text=True)  # fmt: skip
-    deployed = prefect(prefect_api, "deployment", "run", "sweep/manual", "--param", f"spec={spec}", "--param",
-                       f"resume={started.sweep_id}", "--param", f"results={results}", "--param", "force=true",
-                       "--watch")  # fmt: skip
+    cli = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "omni.cli",
+            "sweep",
+            "--resume",
+            started.sweep_id,
+            "--results",
+            str(results),
+            "--force",
+            "--json",
+        ],
+        cwd=REPO,
+        env=local,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deployed = prefect(
+        prefect_api,
+        "deployment",
+        "run",
+        "sweep/manual",
+        "--param",
+        f"spec={spec}",
+        "--param",
+        f"resume={started.sweep_id}",
+        "--param",
+        f"results={results}",
+        "--param",
+        "force=true",
+        "--watch",
+    )
     out, err = cli.communicate(timeout=400)
     assert cli.returncode == 0, err[-3000:]
     assert deployed.returncode == 0, deployed.stdout[-3000:] + deployed.stderr[-3000:]
@@ -53,7 +84,8 @@ def test_a_deployment_run_racing_a_cli_run_runs_each_run_once_and_both_complete(
     cli_ok = sorted(r["run_id"] for r in cli_runs if r["status"] == "ok")
     cli_skipped = [r for r in cli_runs if r["status"] == "skipped"]
     assert len(cli_ok) + len(cli_skipped) == len(planned) and all(
-        r["error"].startswith("skipped: another process") for r in cli_skipped)  # fmt: skip
+        r["error"].startswith("skipped: another process") for r in cli_skipped
+    )
     # the deployment's own account: "N run(s) ok, M skipped (another process ran them)"
     ok, skipped = re.match(r"(\d+) run\(s\) ok(?:, (\d+) skipped)?", state.message).groups()
     assert int(ok) + len(cli_ok) == len(planned), (state.message, cli_runs)  # each run executed once

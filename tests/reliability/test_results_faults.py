@@ -96,7 +96,11 @@ def test_mixed_schema_versions_read_alike_with_the_readmes_call_and_a_type_chang
     assert differ == ["schema_version"] and sorted(typed["schema_version"]) == [2, 3, store.SCHEMA_VERSION]
     changed = tmp_path / "runs" / "sweep=s3"
     changed.mkdir()
-    pa.parquet.write_table(pa.table({"run_id": ["x1"], "schema_version": pa.array([store.SCHEMA_VERSION], pa.int16()),
-                                     "decode_tok_s": ["fast"]}), changed / "x1.parquet")  # fmt: skip
+    pa.parquet.write_table(
+        pa.table(
+            {"run_id": ["x1"], "schema_version": pa.array([store.SCHEMA_VERSION], pa.int16()), "decode_tok_s": ["fast"]}
+        ),
+        changed / "x1.parquet",
+    )
     with pytest.raises(OmniError, match=r"x1\.parquet: column 'decode_tok_s': cannot read string as double"):
         store.load_runs(tmp_path, sweep_id="s3")
