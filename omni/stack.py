@@ -31,9 +31,9 @@ from pathlib import Path
 
 import yaml
 
+from omni import REPO_ROOT
 from omni.errors import OmniError
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 COMPOSE = REPO_ROOT / "docker-compose.yml"
 ENV_EXAMPLE = REPO_ROOT / "deploy" / "stack.env.example"
 ENV_FILE = REPO_ROOT / ".env"

@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from omni import REPO_ROOT
 from omni.errors import OmniError
 from omni.objstore import ResultsPath, S3Path, local_copy, results_root, write_text_once
 from omni.plan import SlotOverride, new_sweep_id, plan_sweep, sweep_slots
@@ -28,7 +29,6 @@ from omni.topology import Slot, format_cpulist
 if TYPE_CHECKING:
     from omni.stats import ArmTable
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 SKIPPED = "skipped"  # an outcome, never a row: the run was another process's
 TABLE_METRICS = ("decode_tok_s", "prefill_tok_s", "ttft_ms", "load_s", "rss_anon_tree_mb", "rss_anon_steady_mb")
 
