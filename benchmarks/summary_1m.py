@@ -27,8 +27,9 @@ import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from omni.columns import schema  # noqa: E402
 from omni.retract import exclusions, retract, retracted_runs  # noqa: E402
-from omni.store import scan, schema  # noqa: E402
+from omni.store import scan  # noqa: E402
 from omni.summary import group_summary  # noqa: E402
 
 COLUMNS = ["sweep_id", "arm", "status", "run_id", "decode_tok_s"]

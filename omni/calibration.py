@@ -29,10 +29,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from omni.columns import COLUMNS_BY_NAME
 from omni.errors import OmniError
 from omni.objstore import ResultsPath, results_root, write_text_once
 from omni.stats import DEFAULT_DRIFT, MIN_DRIFT, between_sweep_drift, pooled_log_sd
-from omni.store import COLUMNS_BY_NAME
 
 MEMORY_UNITS = ("MiB", "B")
 

@@ -694,8 +694,9 @@ def provenance(
     results: str = RESULTS_OPT,
 ) -> None:
     """Where a run's numbers come from: versions, commits, host, ISA, placement, spec."""
+    from omni.columns import COLUMNS
     from omni.retract import retracted_runs
-    from omni.store import COLUMNS, read_parquet, run_file_of, upgrade_table
+    from omni.store import read_parquet, run_file_of, upgrade_table
 
     given = results_root(target) if target.startswith("s3://") else Path(target)
     path = given if given.is_file() else run_file_of(results, target)

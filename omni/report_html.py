@@ -14,8 +14,8 @@ import html
 import io
 import json
 
+from omni.columns import COLUMNS_BY_NAME
 from omni.report import VERDICT_COLORS, _num, _verdict_text, as_json
-from omni.store import COLUMNS_BY_NAME
 from omni.summary import SweepSummary
 
 WIDTH_IN = 8.5  # inches at 96 dpi: about 820 px, the page's column

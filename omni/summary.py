@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from omni.calibration import NONE, Applied, for_arms, metric_kind, noise_floor, write_calibration
+from omni.columns import COLUMNS, COLUMNS_BY_NAME
 from omni.errors import OmniError
 from omni.objstore import local_copy, results_root
 from omni.ops import HEAD_RULE, STEP_KINDS
@@ -38,7 +39,7 @@ from omni.stats import (
     summarize,
     within_run_variance,
 )
-from omni.store import COLUMNS, COLUMNS_BY_NAME, load_ops, load_runs, unreadable_under
+from omni.store import load_ops, load_runs, unreadable_under
 from omni.store import profiled as is_profiled
 
 # rows carry these rules from the runner; a comparison over such rows warns

@@ -11,13 +11,13 @@ import pyarrow as pa
 import pyarrow.parquet  # noqa: F401 - pa.parquet
 import pytest
 
-from omni import store
+from omni import columns, store
 from omni.errors import OmniError
 
 FIXTURES = Path(__file__).parent / "fixtures"
 T0 = datetime(2026, 11, 30, 12, 0, 0, 123456, tzinfo=UTC)
 
-METRICS = [c.name for c in store.COLUMNS if c.group == "metrics"]
+METRICS = [c.name for c in columns.COLUMNS if c.group == "metrics"]
 
 
 def full_row(run_id: str = "r0001", sweep_id: str = "s1") -> dict:
@@ -70,10 +70,10 @@ def full_row(run_id: str = "r0001", sweep_id: str = "s1") -> dict:
 
 
 def test_registry_names_are_unique_and_every_column_is_explained():
-    names = [c.name for c in store.COLUMNS]
+    names = [c.name for c in columns.COLUMNS]
     assert len(names) == len(set(names))
-    assert all(c.meaning for c in store.COLUMNS)
-    assert {c.group for c in store.COLUMNS} == {
+    assert all(c.meaning for c in columns.COLUMNS)
+    assert {c.group for c in columns.COLUMNS} == {
         "identity",
         "arm",
         "placement",
@@ -86,11 +86,11 @@ def test_registry_names_are_unique_and_every_column_is_explained():
 
 
 def test_schema_carries_units_meanings_and_directions():
-    sch = store.schema()
-    assert sch.names == [c.name for c in store.COLUMNS]
+    sch = columns.schema()
+    assert sch.names == [c.name for c in columns.COLUMNS]
     assert sch.field("ttft_ms").metadata[b"unit"] == b"ms"
     assert sch.field("decode_tok_s").metadata[b"better"] == b"higher"
-    assert store.COLUMNS_BY_NAME["rss_anon_tree_mb"].better == "lower"
+    assert columns.COLUMNS_BY_NAME["rss_anon_tree_mb"].better == "lower"
     assert sch.field("started_at").type == pa.timestamp("us", tz="UTC")
 
 
@@ -98,14 +98,14 @@ def test_schema_carries_units_meanings_and_directions():
 
 
 def test_validate_fills_missing_columns_and_sets_version():
-    row = store.validate_row({"run_id": "r", "sweep_id": "s", "status": "failed"})
-    assert list(row) == [c.name for c in store.COLUMNS]
-    assert row["schema_version"] == store.SCHEMA_VERSION
+    row = columns.validate_row({"run_id": "r", "sweep_id": "s", "status": "failed"})
+    assert list(row) == [c.name for c in columns.COLUMNS]
+    assert row["schema_version"] == columns.SCHEMA_VERSION
     assert row["decode_tok_s"] is None
 
 
 def test_validate_dumps_json_columns_with_sorted_keys():
-    row = store.validate_row(full_row() | {"env_vars": {"b": "1", "a": "2"}})
+    row = columns.validate_row(full_row() | {"env_vars": {"b": "1", "a": "2"}})
     assert row["env_vars"] == '{"a": "2", "b": "1"}'
     assert row["command"] == '["numactl", "--physcpubind=0-1", "python"]'
     assert row["arm_json"] == '{"name":"kv-4g"}'  # strings are kept as given
@@ -113,7 +113,7 @@ def test_validate_dumps_json_columns_with_sorted_keys():
 
 def test_unknown_column_is_rejected_with_suggestion():
     with pytest.raises(OmniError, match=r"'decode_toks'.*did you mean 'decode_tok_s'"):
-        store.validate_row(full_row() | {"decode_toks": 1.0})
+        columns.validate_row(full_row() | {"decode_toks": 1.0})
 
 
 @pytest.mark.parametrize(
@@ -138,17 +138,17 @@ def test_unknown_column_is_rejected_with_suggestion():
 )
 def test_wrong_type_is_rejected_naming_column_and_value(column, value, expected):
     with pytest.raises(OmniError, match=rf"'{column}'.*{expected}"):
-        store.validate_row(full_row() | {column: value})
+        columns.validate_row(full_row() | {column: value})
 
 
 @pytest.mark.parametrize("status", ["OK", "crashed", None])
 def test_bad_status_is_rejected(status):
     with pytest.raises(OmniError, match="status"):
-        store.validate_row(full_row() | {"status": status})
+        columns.validate_row(full_row() | {"status": status})
 
 
 def test_nan_counts_as_missing():
-    assert store.validate_row(full_row() | {"ttft_ms": float("nan")})["ttft_ms"] is None
+    assert columns.validate_row(full_row() | {"ttft_ms": float("nan")})["ttft_ms"] is None
 
 
 # ------------------------------------------------------------------ writing
@@ -161,7 +161,7 @@ def test_write_and_load_round_trip(tmp_path):
     assert len(df) == 1
     got = df.iloc[0]
     assert got["run_id"] == "r0001" and got["status"] == "ok"
-    assert got["schema_version"] == store.SCHEMA_VERSION
+    assert got["schema_version"] == columns.SCHEMA_VERSION
     assert got["kv_cache_bytes"] == 4 * 2**30
     assert got["decode_tok_s"] == 291.0
     assert not got["forced"] and got["binding_ok"]
@@ -190,7 +190,7 @@ def test_loaded_dtypes(tmp_path):
 def test_empty_results_give_empty_frame_with_columns(tmp_path):
     df = store.load_runs(tmp_path / "nothing-here")
     assert df.empty
-    assert list(df.columns) == [c.name for c in store.COLUMNS]
+    assert list(df.columns) == [c.name for c in columns.COLUMNS]
     assert str(df["threads"].dtype) == "Int32"
 
 
@@ -215,7 +215,7 @@ def test_loaded_row_validates_again(tmp_path):
     # Rows read back (NaN, pd.NA, numpy arrays, Timestamps) are valid input.
     store.write_run(tmp_path, full_row())
     row = store.load_runs(tmp_path).iloc[0].to_dict()
-    again = store.validate_row(row | {"run_id": "r0002"})
+    again = columns.validate_row(row | {"run_id": "r0002"})
     assert again["cpus"] == [0, 1] and again["slot_index"] is None
     store.write_run(tmp_path, again)
     assert len(store.load_runs(tmp_path)) == 2
@@ -310,7 +310,7 @@ def test_old_schema_fixture_upgrades(tmp_path):
     assert list(old["cpus"]) == [0, 1, 2, 3]
     assert old["started_at"] == datetime(2026, 11, 1, 3, 4, 5, tzinfo=UTC)
     assert pd.isna(old["ttft_ms"]) and pd.isna(old["engine"])
-    assert old["schema_version"] == store.SCHEMA_VERSION
+    assert old["schema_version"] == columns.SCHEMA_VERSION
 
 
 def test_v2_file_reads_with_the_memory_placement_columns_unknown(tmp_path):
@@ -320,7 +320,7 @@ def test_v2_file_reads_with_the_memory_placement_columns_unknown(tmp_path):
     partition.mkdir(parents=True)
     shutil.copy(FIXTURES / "run_v2.parquet", partition / "r-v2-0001.parquet")
     old = store.load_runs(tmp_path).set_index("run_id").loc["r-v2-0001"]
-    assert old["schema_version"] == store.SCHEMA_VERSION
+    assert old["schema_version"] == columns.SCHEMA_VERSION
     assert old["binding_ok"] and list(old["mems_allowed_seen"]) == [0]
     for column in (
         "mempolicies_seen",
@@ -336,11 +336,11 @@ def test_v2_file_reads_with_the_memory_placement_columns_unknown(tmp_path):
 
 def test_upgrade_table_conforms_to_current_schema():
     old = pa.table({"run_id": ["r"], "sweep_id": ["s"], "status": ["ok"]})
-    assert store.upgrade_table(old).schema == store.schema()
+    assert store.upgrade_table(old).schema == columns.schema()
 
 
 def test_upgrade_refuses_newer_and_unknown():
-    newer = pa.table({"schema_version": pa.array([store.SCHEMA_VERSION + 1], pa.int16())})
+    newer = pa.table({"schema_version": pa.array([columns.SCHEMA_VERSION + 1], pa.int16())})
     with pytest.raises(OmniError, match="upgrade omni"):
         store.upgrade_table(newer)
     with pytest.raises(OmniError, match="'mystery'"):
@@ -373,7 +373,7 @@ def test_v3_file_reads_with_the_iteration_columns_unknown(tmp_path):
     store.write_run(tmp_path, full_row("r-new", "s-2026-11-28") | {"iterations": 5, "tpot_ms": 2.5})
     frame = store.load_runs(tmp_path).set_index("run_id")
     old = frame.loc["r-v3-0001"]
-    assert old["schema_version"] == store.SCHEMA_VERSION and old["decode_tok_s"] == 402.0
+    assert old["schema_version"] == columns.SCHEMA_VERSION and old["decode_tok_s"] == 402.0
     for column in ("iterations", "tpot_ms", "itl_p99_ms", "decode_tok_s_iter_sd_log"):
         assert pd.isna(old[column]), column
     assert frame.loc["r-new", "iterations"] == 5
@@ -476,7 +476,7 @@ def test_racing_compactions_write_disjoint_parts(tmp_path, monkeypatch):
         if len(looks) == 1:
             store.write_once(
                 tmp_path / "compacted" / "sweep=s1" / "part-0000.parquet",
-                store.read_table(tmp_path, "s1").slice(0, 2).cast(store.file_schema()),
+                store.read_table(tmp_path, "s1").slice(0, 2).cast(columns.file_schema()),
             )
             return []
         return real_parts(results, sweep_id)

@@ -54,7 +54,7 @@ class Sweep(SpecModel):
     @field_validator("min_effect")
     @classmethod
     def _min_effect(cls, value: float | dict[str, float] | None) -> float | dict[str, float] | None:
-        from omni.store import COLUMNS_BY_NAME  # the metrics a verdict is given for
+        from omni.columns import COLUMNS_BY_NAME  # the metrics a verdict is given for
 
         for key, effect in ({"default": value} if isinstance(value, (int, float)) else value or {}).items():
             if not 0 < effect < 1:

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet  # noqa: F401 - pa.parquet
 import pytest
 
-from omni import store
+from omni import columns, store
 from omni.errors import OmniError
 from omni.retract import load_retractions, retract
 from omni.summary import summarize_sweep
@@ -70,7 +70,7 @@ def test_corrupt_and_foreign_files_are_skipped_with_a_warning_naming_them(tmp_pa
 def test_mixed_schema_versions_read_alike_with_the_readmes_call_and_a_type_change_is_refused(tmp_path):
     """Files of schema v2, v3 and the current one under results/runs: a plain
     pd.read_parquet takes the first file's columns and silently drops newer
-    ones; with schema=store.schema() (the README's call) every column is there
+    ones; with schema=columns.schema() (the README's call) every column is there
     and every value equals load_runs' per-file upgrade (schema_version aside,
     which says what each file was written with). A column whose type changed
     is refused, naming the file and the column."""
@@ -83,7 +83,7 @@ def test_mixed_schema_versions_read_alike_with_the_readmes_call_and_a_type_chang
         shutil.copy(FIXTURES / f"{version}.parquet", old / f"{version}.parquet")
     plain = pd.read_parquet(tmp_path / "runs")
     assert "hostname" not in plain.columns and len(plain) == 3  # the trap the README warns of
-    typed = pd.read_parquet(tmp_path / "runs", schema=store.schema()).set_index("run_id").sort_index()
+    typed = pd.read_parquet(tmp_path / "runs", schema=columns.schema()).set_index("run_id").sort_index()
     ours = store.load_runs(tmp_path).set_index("run_id").sort_index()
     assert list(typed.columns) == list(ours.columns)
 
@@ -93,12 +93,12 @@ def test_mixed_schema_versions_read_alike_with_the_readmes_call_and_a_type_chang
         return None if value is None or value is pd.NA or (isinstance(value, float) and np.isnan(value)) else value
 
     differ = [c for c in ours.columns if [same(v) for v in typed[c]] != [same(v) for v in ours[c]]]
-    assert differ == ["schema_version"] and sorted(typed["schema_version"]) == [2, 3, store.SCHEMA_VERSION]
+    assert differ == ["schema_version"] and sorted(typed["schema_version"]) == [2, 3, columns.SCHEMA_VERSION]
     changed = tmp_path / "runs" / "sweep=s3"
     changed.mkdir()
     pa.parquet.write_table(
         pa.table(
-            {"run_id": ["x1"], "schema_version": pa.array([store.SCHEMA_VERSION], pa.int16()), "decode_tok_s": ["fast"]}
+            {"run_id": ["x1"], "schema_version": pa.array([columns.SCHEMA_VERSION], pa.int16()), "decode_tok_s": ["fast"]}
         ),
         changed / "x1.parquet",
     )

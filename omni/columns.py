@@ -1,0 +1,549 @@
+"""The column registry: every Parquet column omni writes, declared once.
+
+Each run row column has a type, a unit, a meaning and a group (:data:`COLUMNS`);
+metrics say which direction is better, so statistics never hard-code it.
+:func:`schema` is the Arrow schema they make, :func:`validate_row` checks and
+coerces a row against it before it is written, and ``SCHEMA_VERSION`` is
+stamped on every row so older files can be read through an upgrade per bump
+(:func:`omni.store.upgrade_table`). The side tables (one row per timed
+iteration, one per profiled op) are declared here too.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import json
+import math
+import numbers
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Literal, NoReturn
+
+import numpy as np
+import pyarrow as pa
+
+from omni.errors import OmniError
+
+SCHEMA_VERSION = 8
+
+STATUSES = ("ok", "failed", "timeout", "refused", "invalid")
+BINDING_METHODS = ("numactl", "sched_setaffinity", "none")
+
+# Columns that make a row addressable: without them it cannot be filed.
+REQUIRED = ("run_id", "sweep_id", "status")
+
+
+@dataclass(frozen=True)
+class Column:
+    """One Parquet column, declared once.
+
+    ``better`` says which direction is an improvement for a metric, so
+    statistics never hard-code it. ``choices`` restricts a string column to a
+    closed set. ``is_json`` marks a string column that holds JSON: dicts and
+    lists given for it are dumped with sorted keys.
+    """
+
+    name: str
+    type: pa.DataType
+    unit: str | None
+    meaning: str
+    group: str
+    better: Literal["higher", "lower"] | None = None
+    choices: tuple[str, ...] | None = None
+    is_json: bool = False
+
+
+_STR = pa.string()
+_I16 = pa.int16()
+_I32 = pa.int32()
+_I64 = pa.int64()
+_F64 = pa.float64()
+_BOOL = pa.bool_()
+_STRS = pa.list_(pa.string())
+_INTS = pa.list_(pa.int32())
+_I64S = pa.list_(pa.int64())
+_TIME = pa.timestamp("us", tz="UTC")
+
+
+def _group(group: str, *specs: tuple) -> tuple[Column, ...]:
+    # spec: (name, type, unit, meaning[, dict of further Column fields])
+    columns = []
+    for spec in specs:
+        extras = spec[4] if len(spec) > 4 else {}
+        columns.append(Column(spec[0], spec[1], spec[2], spec[3], group, **extras))
+    return tuple(columns)
+
+
+_LOWER = {"better": "lower"}
+_HIGHER = {"better": "higher"}
+_JSON = {"is_json": True}
+
+COLUMNS: tuple[Column, ...] = (
+    *_group(
+        "identity",
+        ("schema_version", _I16, None, "version of this registry the row was written with"),
+        ("run_id", _STR, None, "unique id of the run: hash of the sweep id, canonical arm and pass"),
+        ("sweep_id", _STR, None, "unique id of the sweep the run belongs to"),
+        ("sweep_name", _STR, None, "human name of the sweep, from the spec"),
+        ("arm", _STR, None, "name of the arm (configuration) this run executed"),
+        ("pass_index", _I32, None, "which pass over all arms, from 0"),
+        ("order_index", _I32, None, "position of the run in the sweep's interleaved schedule"),
+        ("attempt", _I32, None, "attempt number for this arm and pass, from 1"),
+        ("status", _STR, None, "outcome of the run", {"choices": STATUSES}),
+        ("error", _STR, None, "why the run did not succeed, for people"),
+        ("exit_code", _I32, None, "exit status of the engine process; negative = killed by signal"),
+        ("stderr_tail", _STR, None, "last lines of the engine's stderr"),
+        ("forced", _BOOL, None, "run despite a refusal (e.g. busy cores), by request"),
+        (
+            "profiled",
+            _BOOL,
+            None,
+            "a profiled pass (the arm's profile:): per-op times in results/ops, its "
+            "timings distorted by the profiler and kept out of every verdict (v5; null before: not profiled)",
+        ),
+    ),
+    *_group(
+        "arm",
+        ("engine", _STR, None, "engine kind: vllm, llamacpp, synthetic"),
+        ("engine_env", _STR, None, "name of the engine environment (.venvs/<name>)"),
+        ("model", _STR, None, "model path or name as given in the arm"),
+        ("model_digest", _STR, None, "content digest of the model files"),
+        ("dtype", _STR, None, "compute dtype of the model weights/activations"),
+        ("quantization", _STR, None, "quantization method, None when unquantized"),
+        ("kv_cache_bytes", _I64, "B", "KV cache budget requested by the arm"),
+        ("context_len", _I32, "tok", "maximum context length requested"),
+        ("prompt_len", _I32, "tok", "prompt length per sequence"),
+        ("max_tokens", _I32, "tok", "tokens generated per sequence"),
+        ("batch_size", _I32, "seq", "sequences per batch"),
+        (
+            "prompt_seed",
+            _I32,
+            None,
+            "seed of the timed prompts, the arm's prompt_seed (v7; null before, "
+            "when every run timed the prompts of seed 0)",
+        ),
+        ("threads", _I32, None, "compute threads requested"),
+        ("compile_mode", _STR, None, "graph compilation mode (eager, compiled, cached...)"),
+        ("patches", _STRS, None, "omni runtime patches enabled for this arm"),
+        (
+            "patch_report",
+            _STR,
+            None,
+            "per vLLM process: each patch applied / not needed / failed, JSON list (v2)",
+            _JSON,
+        ),
+        ("env_overrides", _STR, None, "environment variables set by the arm, JSON object", _JSON),
+        ("engine_params", _STR, None, "engine-specific parameters, JSON object", _JSON),
+        ("arm_json", _STR, None, "canonical JSON of the whole arm", _JSON),
+        ("arm_hash", _STR, None, "hash of arm_json: same hash, same configuration"),
+        ("threads_checked", _I32, None, "threads whose own affinity was checked in steady state (v2)"),
+        ("mmap", _BOOL, None, "weights memory-mapped from the file: file-backed pages, not RssAnon (v2)"),
+    ),
+    *_group(
+        "placement",
+        ("slot_index", _I32, None, "NUMA slot the run was placed in"),
+        ("numa_node", _I32, None, "NUMA node of the slot"),
+        ("cpus", _INTS, None, "CPUs the run was bound to"),
+        ("membind", _INTS, None, "NUMA nodes memory was bound to"),
+        ("binding_method", _STR, None, "how the binding was applied", {"choices": BINDING_METHODS}),
+        ("cpus_allowed_seen", _INTS, None, "Cpus_allowed_list seen, union over the process tree"),
+        (
+            "mems_allowed_seen",
+            _INTS,
+            None,
+            "Mems_allowed_list seen, union over the tree: the cpuset's nodes, "
+            "not the memory policy (numactl --membind does not change it)",
+        ),
+        ("binding_ok", _BOOL, None, "CPUs, memory policy and page placement seen matched the slot"),
+        ("binding_procs_checked", _I32, None, "processes whose binding was checked"),
+        ("straddle", _BOOL, None, "the slot spans several NUMA nodes, memory bound to all of them (v3)"),
+        ("slots_override", _STR, None, "slots given on the command line (--cores/--node) instead of the spec's (v3)"),
+        ("mempolicies_seen", _STRS, None, "memory policies seen in numa_maps, every process and thread, distinct (v3)"),
+        (
+            "mem_anon_kib_by_node",
+            _I64S,
+            "KiB",
+            "the tree's anonymous memory per NUMA node (index = node), steady state (v3)",
+        ),
+        (
+            "mem_file_kib_by_node",
+            _I64S,
+            "KiB",
+            "the tree's mapped file pages per NUMA node (index = node), steady state (v3)",
+        ),
+        (
+            "mem_local_fraction",
+            _F64,
+            None,
+            "share of the tree's anonymous memory on the slot's nodes, steady state (v3)",
+        ),
+        ("mem_file_local_fraction", _F64, None, "share of the tree's mapped file pages on the slot's nodes (v3)"),
+        ("numa_by_proc", _STR, None, "per process: pid, name, policies, anon/file KiB per node, JSON list (v3)", _JSON),
+        ("numa_maps_reads", _I32, None, "reads of the whole tree's numa_maps during the run (v3)"),
+        ("numa_maps_cpu_ms", _F64, "ms", "CPU the sampler spent reading numa_maps, all reads (v3)"),
+        (
+            "numa_steady_missing",
+            _I32,
+            None,
+            "processes of the tree at the steady mark with no numa_maps read in "
+            "steady state: their memory per node is from an earlier read; null: the run never got to steady (v6)",
+        ),
+        ("busy_max_pct", _F64, "%", "busiest slot CPU's load just before the run"),
+        ("busy_waited_s", _F64, "s", "time the run waited for its slot's CPUs to fall below the busy threshold (v4)"),
+        ("command", _STR, None, "engine command line, JSON argv list", _JSON),
+    ),
+    *_group(
+        "metrics",
+        ("load_s", _F64, "s", "engine start to model ready (includes compile)", _LOWER),
+        ("ttft_ms", _F64, "ms", "time to first token of the whole batch", _LOWER),
+        ("prefill_tok_s", _F64, "tok/s", "prompt tokens processed per second", _HIGHER),
+        ("decode_tok_s", _F64, "tok/s", "tokens generated per second", _HIGHER),
+        ("e2e_s", _F64, "s", "end-to-end generation time, engine-measured", _LOWER),
+        ("tpot_ms", _F64, "ms", "time per output token after the first, per sequence (v4)", _LOWER),
+        (
+            "itl_p50_ms",
+            _F64,
+            "ms",
+            "inter-token latency, median over every decode step of every iteration (v4)",
+            _LOWER,
+        ),
+        ("itl_p90_ms", _F64, "ms", "inter-token latency, 90th percentile over every decode step (v4)", _LOWER),
+        ("itl_p99_ms", _F64, "ms", "inter-token latency, 99th percentile over every decode step (v4)", _LOWER),
+        (
+            "iterations",
+            _I32,
+            None,
+            "timed iterations in the run's one engine process; ttft, rates, e2e and "
+            "tpot are their median, every iteration is in results/iterations (v4)",
+        ),
+        *[
+            (
+                f"{m}_iter_sd_log",
+                _F64,
+                None,
+                f"within-run spread of {m}: sd of the log iteration values, about the relative sd (v4)",
+            )
+            for m in ("ttft_ms", "prefill_tok_s", "decode_tok_s", "e2e_s", "tpot_ms")
+        ],
+        ("wall_s", _F64, "s", "wall time of the whole run, orchestrator-measured", _LOWER),
+        ("rss_anon_tree_mb", _F64, "MiB", "peak RssAnon summed over the process tree", _LOWER),
+        ("rss_anon_after_load_mb", _F64, "MiB", "tree RssAnon when the model is loaded", _LOWER),
+        ("rss_anon_steady_mb", _F64, "MiB", "tree RssAnon during steady generation", _LOWER),
+        ("pss_anon_tree_mb", _F64, "MiB", "peak anonymous Pss summed over the tree", _LOWER),
+        ("pss_anon_after_load_mb", _F64, "MiB", "tree anonymous Pss when loaded", _LOWER),
+        ("pss_anon_steady_mb", _F64, "MiB", "tree anonymous Pss during generation", _LOWER),
+        ("rss_samples", _I32, None, "RssAnon samples taken"),
+        ("rss_interval_ms", _F64, "ms", "interval between RssAnon samples"),
+        ("pss_samples", _I32, None, "Pss samples taken"),
+        ("pss_interval_ms", _F64, "ms", "interval between Pss samples"),
+        ("kv_cache_bytes_effective", _I64, "B", "KV cache the engine actually allocated"),
+        ("n_procs", _I32, None, "most processes seen at once in the engine's tree"),
+        ("profile_steps", _I32, None, "engine steps traced by a profiled run, one row each per op in results/ops (v5)"),
+        (
+            "profile_overhead",
+            _F64,
+            None,
+            "a profiled run's median decode step time while traced over the same "
+            "run's untraced one: what the profiler costs (v5)",
+        ),
+        (
+            "engine_perf",
+            _STR,
+            None,
+            "the engine's own phase totals (llama.cpp: llama_perf_context's load, "
+            "prompt eval and eval ms and token counts), JSON object (v5)",
+            _JSON,
+        ),
+    ),
+    *_group(
+        "provenance",
+        ("harness_version", _STR, None, "omni version"),
+        ("harness_git_sha", _STR, None, "git commit of the omni checkout"),
+        ("harness_git_dirty", _BOOL, None, "the omni checkout had uncommitted changes"),
+        ("engine_version", _STR, None, "engine package version, engine-reported"),
+        ("engine_commit", _STR, None, "engine source commit, engine-reported"),
+        ("torch_version", _STR, None, "torch version in the engine env"),
+        ("python_version", _STR, None, "Python of the orchestrator"),
+        ("engine_python_version", _STR, None, "Python of the engine env"),
+        ("host", _STR, None, "host name: the fleet host (omni worker --host) that ran it, else the machine's name"),
+        ("hostname", _STR, None, "the machine's name (two fleet hosts may be one machine) (v6)"),
+        ("kernel", _STR, None, "kernel release"),
+        ("cpu_model", _STR, None, "CPU model name from /proc/cpuinfo"),
+        ("cpu_flags", _STRS, None, "inference-relevant ISA flags present on the CPU"),
+        ("isa_avx512_bf16", _BOOL, None, "CPU has AVX512-BF16"),
+        ("isa_amx_bf16", _BOOL, None, "CPU has AMX-BF16"),
+        ("isa_amx_int8", _BOOL, None, "CPU has AMX-INT8"),
+        ("numa_nodes", _I32, None, "NUMA nodes on the host"),
+        ("numa_topology", _STR, None, 'node -> CPUs, JSON object {"0": [0, 1]}', _JSON),
+        ("spec_path", _STR, None, "path of the sweep spec file"),
+        ("spec_sha256", _STR, None, "sha256 of the sweep spec file's bytes"),
+        (
+            "env_vars",
+            _STR,
+            None,
+            "behaviour-changing environment variables of the engine process: what omni "
+            "passed and the engine set (v4; before, the orchestrator's), JSON",
+            _JSON,
+        ),
+        ("started_at", _TIME, None, "when the run started"),
+        ("finished_at", _TIME, None, "when the run finished"),
+        ("prefect_flow_run_id", _STR, None, "Prefect flow run, None outside Prefect"),
+        ("engine_provenance", _STR, None, "other engine-reported facts, JSON object", _JSON),
+        ("engine_env_key", _STR, None, "hash of the engine env's declaration in omni/envs.py (v2)"),
+        (
+            "engine_env_freeze_sha256",
+            _STR,
+            None,
+            "sha256 of the engine env's pip freeze less omni's own editable "
+            "install (v2; v4: before, omni's line was in it, so it moved with every omni commit)",
+        ),
+        (
+            "engine_config",
+            _STR,
+            None,
+            "the engine's effective configuration as it reported it (OMP bind, KV "
+            "blocks, max_model_len, n_ctx...), JSON object (v4)",
+            _JSON,
+        ),
+        (
+            "compile_cache",
+            _STR,
+            None,
+            "vLLM compiled mode, from the engine's log: how this start got its "
+            "compiled graph: loaded (a warm AOT artifact, nothing compiled), compiled (no artifact to load; "
+            "inductor's own caches may still have served parts), recompiled (an artifact failed to load); null: "
+            "eager, AOT off, another engine, or a row before v8. The artifact's key covers the CPU binding: a "
+            "warm start on other CPUs compiles (v8)",
+        ),
+    ),
+    *_group(
+        "validity",
+        ("warnings", _STRS, None, "reasons to doubt this row's numbers"),
+        ("warning_rules", _STRS, None, "the rule that raised each warning, same order"),
+        (
+            "tokens_mismatch_iterations",
+            _I32,
+            None,
+            "timed iterations in which a sequence generated other than "
+            "max_tokens, as the engine counted them (each iteration's counts: results/iterations tokens); "
+            "above 0 the run is invalid (tokens_mismatch); null: not counted (v7)",
+        ),
+        (
+            "audit_repeat_ttft_ratio",
+            _F64,
+            None,
+            "median TTFT of timed iterations 1.. (repeats of iteration 0's "
+            "prompts) over the faster first sight: iteration 0's, or audit_fresh_ttft_ms; well below 1, a cache "
+            "served the repeats (repeat_faster); null below 3 iterations (v7)",
+        ),
+        (
+            "audit_fresh_ttft_ms",
+            _F64,
+            "ms",
+            "TTFT of a batch of fresh prompts the engine timed once after the "
+            "timed iterations, the second first sight of the repeat audit; not in any metric (v7)",
+        ),
+        (
+            "audit_repeat_ttft_cv",
+            _F64,
+            None,
+            "robust CV of the TTFT of timed iterations 1.., the noise repeat_faster allows for (v7)",
+        ),
+    ),
+)
+
+COLUMNS_BY_NAME: dict[str, Column] = {c.name: c for c in COLUMNS}
+
+
+@functools.cache
+def schema() -> pa.Schema:
+    """The current Arrow schema; unit, meaning and group ride in field metadata."""
+    fields = []
+    for col in COLUMNS:
+        meta = {"meaning": col.meaning, "group": col.group}
+        meta.update({k: v for k, v in (("unit", col.unit), ("better", col.better)) if v})
+        fields.append(pa.field(col.name, col.type, metadata=meta))
+    return pa.schema(fields, metadata={"omni.schema_version": str(SCHEMA_VERSION)})
+
+
+@functools.cache
+def file_schema() -> pa.Schema:
+    """:func:`schema` without the per-field meaning and unit: a one-row file
+    would carry 20 KB of the registry's text in its footer, and readers take
+    them from the registry anyway (:func:`omni.store.upgrade_table`)."""
+    return pa.schema([pa.field(f.name, f.type) for f in schema()], metadata=schema().metadata)
+
+
+# ------------------------------------------------------- iterations and ops
+
+# Side tables, one file per run in results/<kind>/sweep=<id>/<run_id>.parquet,
+# written just before the run's own row (the run row is the commit: a side
+# file without one is a run that never finished storing).
+# iterations: one row per timed iteration of a run.
+ITERATION_SCHEMA = pa.schema(
+    [
+        ("run_id", _STR),
+        ("sweep_id", _STR),
+        ("arm", _STR),
+        ("pass_index", _I32),
+        ("iteration", _I32),
+        ("ttft_ms", _F64),
+        ("prefill_tok_s", _F64),
+        ("decode_tok_s", _F64),
+        ("e2e_s", _F64),
+        ("tpot_ms", _F64),
+        ("steps", _I32),
+        ("itl_p50_ms", _F64),
+        ("itl_p90_ms", _F64),
+        ("itl_p99_ms", _F64),
+        ("step_ms", pa.list_(_F64)),
+        ("tokens", pa.list_(_I32)),  # generated per sequence, as the engine counted (v7; null before)
+    ]
+)
+# ops: one row per (profiled run, engine step, op, input shapes and types), omni.ops.
+OPS_SCHEMA = pa.schema(
+    [
+        ("run_id", _STR),
+        ("sweep_id", _STR),
+        ("arm", _STR),
+        ("pass_index", _I32),
+        ("step", _I32),
+        ("step_kind", _STR),
+        ("step_ms", _F64),
+        ("op", _STR),
+        ("shapes", _STR),
+        ("dtypes", _STR),
+        ("calls", _I32),
+        ("self_ms", _F64),
+        ("method", _STR),
+        ("distorting", _BOOL),
+    ]
+)
+SIDE_TABLES = {"iterations": ITERATION_SCHEMA, "ops": OPS_SCHEMA}
+
+
+# ----------------------------------------------------------------- validation
+
+
+def validate_row(row: Mapping[str, Any]) -> dict[str, Any]:
+    """Check a run row against the registry; return it complete and coerced.
+
+    Unknown keys are rejected with the nearest known name; missing columns
+    become None; ``schema_version`` is set. ``NaN``, ``pd.NA`` and ``NaT``
+    count as missing, so a row read back with :func:`omni.store.load_runs` validates.
+    """
+    for key in row:
+        if key not in COLUMNS_BY_NAME:
+            raise OmniError(f"unknown result column {key!r}{_suggest(key)}")
+    clean = {col.name: _coerce(col, row.get(col.name)) for col in COLUMNS}
+    clean["schema_version"] = SCHEMA_VERSION
+    for name in REQUIRED:
+        if clean[name] is None:
+            raise OmniError(f"result row has no {name!r}: every run row needs {', '.join(REQUIRED)}")
+    return clean
+
+
+def _suggest(key: str) -> str:
+    close = difflib.get_close_matches(key, COLUMNS_BY_NAME, n=1)
+    if close:
+        return f"; did you mean {close[0]!r}?"
+    return "; the known columns are listed in omni.columns.COLUMNS"
+
+
+def _is_missing(value: Any) -> bool:
+    # pandas is imported only by readers (a run's writer stays light): if it
+    # is not loaded (or still loading, in another thread), no value is pd.NA or pd.NaT
+    pd = sys.modules.get("pandas")
+    if value is None or any(value is getattr(pd, name, None) for name in ("NA", "NaT") if pd is not None):
+        return True
+    return isinstance(value, (float, np.floating)) and math.isnan(value)
+
+
+def _coerce(col: Column, value: Any) -> Any:
+    if _is_missing(value):
+        return None
+    kind = col.type
+    if pa.types.is_string(kind):
+        value = _to_json(col, value) if col.is_json else _to_str(col, value)
+        if col.choices and value not in col.choices:
+            _reject(col, value, f"one of {', '.join(col.choices)}")
+        return value
+    if pa.types.is_list(kind):
+        return _to_list(col, value)
+    if pa.types.is_timestamp(kind):
+        return _to_time(col, value)
+    return _to_scalar(col, kind, value)
+
+
+def _to_scalar(col: Column, kind: pa.DataType, value: Any) -> Any:
+    if pa.types.is_boolean(kind):
+        if isinstance(value, (bool, np.bool_)):
+            return bool(value)
+        _reject(col, value, "a bool")
+    is_bool = isinstance(value, (bool, np.bool_))
+    if pa.types.is_integer(kind):
+        if isinstance(value, numbers.Integral) and not is_bool:
+            return _in_range(col, kind, int(value))
+        _reject(col, value, f"an integer ({kind})")
+    if isinstance(value, numbers.Real) and not is_bool and math.isfinite(value):
+        return float(value)
+    _reject(col, value, "a finite number (use None for a missing value)")
+
+
+def _in_range(col: Column, kind: pa.DataType, value: int) -> int:
+    limit = 2 ** (kind.bit_width - 1)
+    if not -limit <= value < limit:
+        _reject(col, value, f"an integer that fits {kind}")
+    return value
+
+
+def _to_str(col: Column, value: Any) -> str:
+    if not isinstance(value, str):
+        _reject(col, value, "a string")
+    return value
+
+
+def _to_json(col: Column, value: Any) -> str:
+    if isinstance(value, str):
+        try:
+            json.loads(value)
+        except ValueError:
+            _reject(col, value, "a JSON string (or a dict/list to be dumped)")
+        return value
+    try:
+        return json.dumps(value, sort_keys=True)
+    except (TypeError, ValueError):
+        _reject(col, value, "JSON-serialisable (dict, list, str, numbers)")
+
+
+def _to_list(col: Column, value: Any) -> list:
+    if not isinstance(value, (list, tuple, set, frozenset, range, np.ndarray)):
+        _reject(col, value, f"a list ({col.type})")
+    # Sets carry no order; sort them so equal sets store equal lists.
+    items = sorted(value) if isinstance(value, (set, frozenset)) else list(value)
+    item_type = col.type.value_type
+    if pa.types.is_string(item_type):
+        if not all(isinstance(item, str) for item in items):
+            _reject(col, value, "a list of strings")
+        return items
+    if not all(isinstance(i, numbers.Integral) and not isinstance(i, (bool, np.bool_)) for i in items):
+        _reject(col, value, "a list of integers")
+    return [_in_range(col, item_type, int(item)) for item in items]
+
+
+def _to_time(col: Column, value: Any) -> datetime:
+    if not isinstance(value, datetime):
+        _reject(col, value, "a datetime")
+    if value.tzinfo is None or value.utcoffset() is None:
+        _reject(col, value, "a timezone-aware datetime (e.g. datetime.now(timezone.utc))")
+    return value.astimezone(UTC)
+
+
+def _reject(col: Column, value: Any, expected: str) -> NoReturn:
+    shown = repr(value)
+    if len(shown) > 80:
+        shown = shown[:77] + "..."
+    raise OmniError(f"result column {col.name!r}: {shown} ({type(value).__name__}) is not {expected}")
