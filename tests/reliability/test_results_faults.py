@@ -98,7 +98,11 @@ def test_mixed_schema_versions_read_alike_with_the_readmes_call_and_a_type_chang
     changed.mkdir()
     pa.parquet.write_table(
         pa.table(
-            {"run_id": ["x1"], "schema_version": pa.array([columns.SCHEMA_VERSION], pa.int16()), "decode_tok_s": ["fast"]}
+            {
+                "run_id": ["x1"],
+                "schema_version": pa.array([columns.SCHEMA_VERSION], pa.int16()),
+                "decode_tok_s": ["fast"],
+            }
         ),
         changed / "x1.parquet",
     )
