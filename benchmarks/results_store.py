@@ -40,7 +40,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from omni import store  # noqa: E402
+from omni import compaction, store  # noqa: E402
 from omni.objstore import S3Path, results_root  # noqa: E402
 from omni.summary import history_columns  # noqa: E402
 
@@ -129,13 +129,15 @@ def measure(label: str, results, repeat: int, raw_repeat: int, s3fs_fs=None) -> 
     rows = {}
     for stage in stages:
         if stage == "compacted":  # each sweep into its part, as sweeps do when they end
-            seconds, parts = timed(lambda: [store.compact_sweep(results, f"nightly-{s:04d}") for s in range(SWEEPS[0])])
+            seconds, parts = timed(
+                lambda: [compaction.compact_sweep(results, f"nightly-{s:04d}") for s in range(SWEEPS[0])]
+            )
             out["compact_s"] = seconds
             readers["duckdb, compacted parts"] = lambda: duckdb_load(
                 con, f"{prefix}/compacted/*/*.parquet", REGRESSION_COLUMNS
             )
         if stage == "consolidated":  # omni compact: the 400 loose parts into one file
-            seconds, merged = timed(lambda: store.consolidate(results, at=1))
+            seconds, merged = timed(lambda: compaction.consolidate(results, at=1))
             out["consolidate_s"] = seconds
             readers.pop("duckdb, run files", None)
             readers["duckdb, consolidated"] = lambda: duckdb_load(

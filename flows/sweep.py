@@ -17,6 +17,7 @@ from prefect.cache_policies import NONE
 from prefect.runtime import flow_run
 from prefect.states import Completed, Failed
 
+from omni.compaction import CONSOLIDATE_AT, compact_sweep, consolidate
 from omni.errors import OmniError, disk_full
 from omni.fleet import parse_replacements
 from omni.objstore import results_root
@@ -25,7 +26,6 @@ from omni.reaper import watch_parent
 from omni.report import summary_markdown, write_outputs
 from omni.runner import RUNS, PlanItem, RunContext
 from omni.schedule import dispatch
-from omni.store import CONSOLIDATE_AT, compact_sweep, consolidate
 from omni.summary import Change, nightly_changes, summarize_sweep, sweep_history
 from omni.sweep import (
     SKIPPED,

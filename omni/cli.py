@@ -646,7 +646,8 @@ def compact(
     or more into one consolidated file. Run files stay; rows stored after a
     compaction go into the sweep's next part. Sweeps compact themselves when
     they end; this catches up older ones."""
-    from omni.store import compact_all, compact_sweep, consolidate, stored_run_ids
+    from omni.compaction import compact_all, compact_sweep, consolidate
+    from omni.store import stored_run_ids
 
     if sweep_ids:
         unknown = [s for s in sweep_ids if not stored_run_ids(results, s)]

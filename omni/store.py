@@ -194,6 +194,10 @@ def profiled(frame: pd.DataFrame) -> pd.Series:
     return frame["profiled"].eq(True).fillna(False).astype(bool)
 
 
+class AlreadyStored(OmniError):
+    """A results file that exists already: never replaced."""
+
+
 def _already_stored(path: ResultsPath) -> OmniError:
     return AlreadyStored(
         f"run file {path} already exists: results are never rewritten; retract the run and record a new attempt instead"
@@ -445,12 +449,12 @@ def read_table(results_dir: Results, sweep_id: str | None = None, columns: list[
     asked = None if columns is None else list(dict.fromkeys([*columns, "run_id"]))
     consolidated = consolidated_files(results_dir) if sweep_id is None else []
     held = held_parts(results_dir, consolidated)
-    tables = _read_all(consolidated, asked)
-    tables += _read_all(
+    tables = read_files(consolidated, asked)
+    tables += read_files(
         [p for p in compacted_parts(results_dir, sweep_id) if part_name(results_dir, p) not in held], asked
     )
     covered = set().union(*(t.column("run_id").to_pylist() for t in tables)) if tables else set()
-    tables += _read_all(run_files(results_dir, sweep_id, unless=covered), asked)
+    tables += read_files(run_files(results_dir, sweep_id, unless=covered), asked)
     if not tables:
         empty = schema().empty_table()
         return empty if columns is None else empty.select(columns)
@@ -471,7 +475,9 @@ def unreadable_under(results_dir: Results) -> dict[str, str]:
         return {path: why for path, why in UNREADABLE.items() if path.startswith(root)}
 
 
-def _read_all(files: list[ResultsPath], columns: list[str] | None, dictionary: bool = False) -> list[pa.Table]:
+def read_files(files: list[ResultsPath], columns: list[str] | None, dictionary: bool = False) -> list[pa.Table]:
+    """Run files, parts or consolidated files, each upgraded (:func:`_read_run_file`),
+    on a thread pool; unreadable ones left out."""
     from concurrent.futures import ThreadPoolExecutor
 
     if len(files) < 2:
@@ -528,7 +534,7 @@ def _scan_files(files: list[ResultsPath], columns: list[str]) -> pa.Table:
     except (pa.ArrowException, OSError):
         versions = None
     if versions is None or any(v != SCHEMA_VERSION for v in versions):
-        tables = [_encoded(t, encoded) for t in _read_all(files, columns, dictionary=True)]
+        tables = [_encoded(t, encoded) for t in read_files(files, columns, dictionary=True)]
         return pa.concat_tables(tables, promote_options="permissive")
     return table.select(columns)
 
@@ -596,67 +602,21 @@ def run_file_of(results_dir: Results, run_id: str) -> ResultsPath | None:
     return found[0] if found else None
 
 
-# ------------------------------------------------------------------ compaction
+# ---------------------------------------------------- compacted and consolidated
 
-# A finished sweep's rows, copied into one file: ``compacted/sweep=<id>/part-NNNN.parquet``.
-# The run files stay (each is its run's commit, never deleted); readers take
-# a sweep's parts and only the run files no part holds, so a row is counted
-# once. Parts of one sweep are disjoint: each holds the rows no earlier part
-# holds (a late row, a resumed run), and a part's name is claimed with the
-# same never-replace write as a run file, so two compactions racing cannot
-# both write part N: the loser looks again and writes what is still missing.
-# Parts live beside runs/, not in it, so ``pd.read_parquet("results/runs")``
-# still reads each row once, from its run file.
+# Copies of stored rows that readers take first (omni.compaction writes them):
+# ``compacted/sweep=<id>/part-NNNN.parquet``, a sweep's rows no earlier part
+# holds, and ``consolidated/NNNNNN.parquet``, the rows of many parts, whose
+# metadata (HOLDS) names the parts it holds. Each level is disjoint, so a
+# reader takes the consolidated files, the parts none holds, then the run
+# files no part holds, and counts every row once.
 COMPACTED = "compacted"
-
-
-class AlreadyStored(OmniError):
-    """A results file that exists already: never replaced."""
+CONSOLIDATED = "consolidated"
+HOLDS = b"omni.parts"
 
 
 def compacted_parts(results_dir: Results, sweep_id: str | None = None) -> list[ResultsPath]:
     return _partition_files(results_root(results_dir) / COMPACTED, sweep_id)
-
-
-def compact_sweep(results_dir: Results, sweep_id: str, attempts: int = 5) -> ResultsPath | None:
-    """Copy the sweep's rows that no part holds yet into its next part; None
-    when there is nothing new. Run files are only read."""
-    for _ in range(attempts):
-        parts = compacted_parts(results_dir, sweep_id)
-        covered = {rid for p in parts for rid in read_parquet(p, columns=["run_id"]).column("run_id").to_pylist()}
-        fresh = run_files(results_dir, sweep_id, unless=covered)
-        if not fresh:
-            return None
-        table = pa.concat_tables(_read_all(fresh, None)).sort_by(
-            [("order_index", "ascending"), ("run_id", "ascending")]
-        )
-        number = 1 + max((int(p.stem.split("-")[1]) for p in parts), default=-1)
-        final = results_root(results_dir) / COMPACTED / f"sweep={sweep_id}" / f"part-{number:04d}.parquet"
-        try:
-            return write_once(final, table.cast(file_schema()), compression="zstd")
-        except AlreadyStored:
-            continue  # another compaction wrote part N first: what is left goes in N+1
-    raise OmniError(f"sweep {sweep_id}: {attempts} compactions raced this one; run omni compact again")
-
-
-def compact_all(results_dir: Results) -> list[ResultsPath]:
-    """:func:`compact_sweep` for every sweep with run files, then
-    :func:`consolidate`; the files written."""
-    sweeps = sorted({p.parent.name.removeprefix("sweep=") for p in run_files(results_dir)})
-    written = [part for sweep_id in sweeps if (part := compact_sweep(results_dir, sweep_id)) is not None]
-    return written + [f for f in [consolidate(results_dir)] if f is not None]
-
-
-# Level two: a year of nightlies is 400 parts, and opening 400 files of 130
-# columns costs seconds (footers and column set-up, measured: 2.7 s for
-# 20,000 rows in 400 parts, DuckDB 1.7 s). When CONSOLIDATE_AT parts are held
-# by no consolidated file, their rows are copied into the next
-# ``consolidated/NNNNNN.parquet``, whose metadata names the parts it holds.
-# Readers take the consolidated files, then the parts none holds: disjoint
-# again, so no row is counted twice, and nothing is rewritten or deleted.
-CONSOLIDATED = "consolidated"
-CONSOLIDATE_AT = 20
-_HOLDS = b"omni.parts"
 
 
 def consolidated_files(results_dir: Results) -> list[ResultsPath]:
@@ -675,37 +635,17 @@ def held_parts(results_dir: Results, consolidated: list[ResultsPath]) -> set[str
     held: set[str] = set()
     for path in consolidated:
         meta = _parquet_file(path).schema_arrow.metadata or {}
-        held.update(json.loads(meta.get(_HOLDS, b"[]")))
+        held.update(json.loads(meta.get(HOLDS, b"[]")))
     return held
-
-
-def consolidate(results_dir: Results, at: int = CONSOLIDATE_AT, attempts: int = 5) -> ResultsPath | None:
-    """Copy the rows of the parts no consolidated file holds into the next
-    one, when there are at least ``at`` such parts; else None."""
-    root = results_root(results_dir)
-    for _ in range(attempts):
-        files = consolidated_files(root)
-        held = held_parts(root, files)
-        loose = [p for p in compacted_parts(root) if part_name(root, p) not in held]
-        if len(loose) < at:
-            return None
-        table = pa.concat_tables(_read_all(loose, None)).cast(file_schema())
-        holds = json.dumps([part_name(root, p) for p in loose]).encode()
-        table = table.replace_schema_metadata({**file_schema().metadata, _HOLDS: holds})
-        number = 1 + max((int(p.stem) for p in files), default=-1)
-        try:
-            return write_once(root / CONSOLIDATED / f"{number:06d}.parquet", table, compression="zstd")
-        except AlreadyStored:
-            continue  # another consolidation took that number: look again
-    raise OmniError(f"{attempts} consolidations raced this one; run omni compact again")
 
 
 __all__ = [
     "AlreadyStored",
-    "compact_all",
-    "compact_sweep",
+    "COMPACTED",
+    "CONSOLIDATED",
+    "HOLDS",
+    "read_files",
     "compacted_parts",
-    "consolidate",
     "consolidated_files",
     "held_parts",
     "part_name",

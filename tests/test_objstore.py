@@ -13,7 +13,7 @@ import uuid
 import pandas as pd
 import pytest
 
-from omni import store
+from omni import compaction, store
 from omni.errors import OmniError
 from omni.objstore import S3Path, results_root, storage_options
 from tests.conftest import REPO
@@ -44,11 +44,11 @@ def test_the_store_on_s3_never_rewrites_and_compacts_like_a_directory(s3_results
     with pytest.raises(OmniError, match="never rewritten"):
         store.write_run(s3_results, full_row(first[0], "s1"))
     assert store.stored_run_ids(s3_results, "s1") == set(first)
-    assert store.compact_sweep(s3_results, "s1") == s3_results / "compacted" / "sweep=s1" / "part-0000.parquet"
+    assert compaction.compact_sweep(s3_results, "s1") == s3_results / "compacted" / "sweep=s1" / "part-0000.parquet"
     late = store_sweep(s3_results, "s1", 1, start=3)
     loaded = store.load_runs(s3_results)
     assert sorted(loaded["run_id"]) == sorted(first + other + late) and loaded["run_id"].is_unique
-    assert store.compact_sweep(s3_results, "s1").name == "part-0001.parquet"
+    assert compaction.compact_sweep(s3_results, "s1").name == "part-0001.parquet"
     assert len(store.load_runs(s3_results, "s1")) == 4 and len(store.scan(s3_results, ["run_id"])) == 6
     # what the README shows: pandas and DuckDB on the run files, each row once
     frame = pd.read_parquet(f"{s3_results}/runs", storage_options=storage_options(s3_results))

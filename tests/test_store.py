@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet  # noqa: F401 - pa.parquet
 import pytest
 
-from omni import columns, store
+from omni import columns, compaction, store
 from omni.errors import OmniError
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -424,15 +424,15 @@ def store_sweep(results, sweep_id: str, n: int, start: int = 0) -> list[str]:
 def test_compaction_counts_every_row_once_for_omni_and_for_pandas(tmp_path):
     first = store_sweep(tmp_path, "s1", 5)
     other = store_sweep(tmp_path, "s2", 3)
-    part = store.compact_sweep(tmp_path, "s1")
+    part = compaction.compact_sweep(tmp_path, "s1")
     assert part == tmp_path / "compacted" / "sweep=s1" / "part-0000.parquet"
-    assert store.compact_sweep(tmp_path, "s1") is None  # nothing new
+    assert compaction.compact_sweep(tmp_path, "s1") is None  # nothing new
     loaded = store.load_runs(tmp_path)
     assert sorted(loaded["run_id"]) == sorted(first + other)  # s1 from its part, s2 from run files
     # a late row (a resumed run) after the compaction: read from its run file, then its own part
     late = store_sweep(tmp_path, "s1", 1, start=5)
     assert sorted(store.load_runs(tmp_path, "s1")["run_id"]) == sorted(first + late)
-    assert store.compact_sweep(tmp_path, "s1").name == "part-0001.parquet"
+    assert compaction.compact_sweep(tmp_path, "s1").name == "part-0001.parquet"
     assert pd.read_parquet(tmp_path / "compacted" / "sweep=s1" / "part-0001.parquet")["run_id"].tolist() == late
     for frame in (store.load_runs(tmp_path), pd.read_parquet(tmp_path / "runs")):
         assert frame["run_id"].is_unique and len(frame) == 9
@@ -458,7 +458,7 @@ def test_compaction_counts_every_row_once_for_omni_and_for_pandas(tmp_path):
 def test_a_compacted_row_reads_back_as_its_run_file_does(tmp_path):
     store_sweep(tmp_path, "s1", 3)
     before = store.load_runs(tmp_path).sort_values("run_id").reset_index(drop=True)
-    store.compact_sweep(tmp_path, "s1")
+    compaction.compact_sweep(tmp_path, "s1")
     after = store.load_runs(tmp_path).sort_values("run_id").reset_index(drop=True)
     pd.testing.assert_frame_equal(before, after)
     assert store.load_runs(tmp_path, columns=["run_id", "decode_tok_s"]).columns.tolist() == ["run_id", "decode_tok_s"]
@@ -481,8 +481,8 @@ def test_racing_compactions_write_disjoint_parts(tmp_path, monkeypatch):
             return []
         return real_parts(results, sweep_id)
 
-    monkeypatch.setattr(store, "compacted_parts", stale_then_real)
-    part = store.compact_sweep(tmp_path, "s1")
+    monkeypatch.setattr(compaction, "compacted_parts", stale_then_real)
+    part = compaction.compact_sweep(tmp_path, "s1")
     monkeypatch.undo()
     assert part.name == "part-0001.parquet"
     held = [pd.read_parquet(p)["run_id"].tolist() for p in store.compacted_parts(tmp_path, "s1")]
@@ -495,7 +495,7 @@ def test_retracting_a_run_of_a_compacted_sweep(tmp_path):
     from omni.summary import without_retracted
 
     ids = store_sweep(tmp_path, "s1", 3)
-    store.compact_sweep(tmp_path, "s1")
+    compaction.compact_sweep(tmp_path, "s1")
     retract(tmp_path, ids[1], "the slot was shared")
     kept, excluded = without_retracted(store.load_runs(tmp_path, "s1"), tmp_path)
     assert sorted(kept["run_id"]) == [ids[0], ids[2]] and excluded == 1
@@ -516,12 +516,12 @@ def test_consolidation_merges_loose_parts_and_still_counts_every_row_once(tmp_pa
 
     sweeps = {f"s{i}": store_sweep(tmp_path, f"s{i}", 3) for i in range(3)}
     for sweep_id in sweeps:
-        store.compact_sweep(tmp_path, sweep_id)
-    assert store.consolidate(tmp_path, at=4) is None  # 3 loose parts: not yet
-    merged = store.consolidate(tmp_path, at=3)
+        compaction.compact_sweep(tmp_path, sweep_id)
+    assert compaction.consolidate(tmp_path, at=4) is None  # 3 loose parts: not yet
+    merged = compaction.consolidate(tmp_path, at=3)
     assert merged == tmp_path / "consolidated" / "000000.parquet"
     assert store.held_parts(tmp_path, [merged]) == {f"compacted/sweep={s}/part-0000.parquet" for s in sweeps}
-    assert store.consolidate(tmp_path, at=1) is None  # every part is held
+    assert compaction.consolidate(tmp_path, at=1) is None  # every part is held
     everyone = sorted(r for ids in sweeps.values() for r in ids)
     late = store_sweep(tmp_path, "s1", 1, start=3)  # a run file, then its own loose part
     for _ in range(2):
@@ -529,7 +529,7 @@ def test_consolidation_merges_loose_parts_and_still_counts_every_row_once(tmp_pa
         assert frame["run_id"].is_unique and sorted(frame["run_id"]) == sorted(everyone + late)
         assert sorted(store.scan(tmp_path, ["run_id"]).column("run_id").to_pylist()) == sorted(everyone + late)
         assert sorted(store.load_runs(tmp_path, "s1")["run_id"]) == sorted(sweeps["s1"] + late)
-        store.compact_sweep(tmp_path, "s1")
+        compaction.compact_sweep(tmp_path, "s1")
     # each level alone holds each of its rows once, and runs/ stays the whole truth
     assert sorted(pd.read_parquet(tmp_path / "consolidated")["run_id"]) == everyone
     assert sorted(pd.read_parquet(tmp_path / "runs")["run_id"]) == sorted(everyone + late)
