@@ -22,7 +22,7 @@ test: engines
 # The two-node QEMU guest's tests alone (about 3 min under software emulation);
 # numa-vm-capture refreshes the canned /proc text of tests/fixtures/numa_guest.
 numa-vm: bootstrap
-	.venv/bin/python -m pytest -s tests/test_numa_vm.py
+	.venv/bin/python -m pytest -s tests/numa_vm/test_numa_vm.py
 
 numa-vm-capture: bootstrap
 	.venv/bin/python -m tests.numa_vm.boot results/numa-vm --capture

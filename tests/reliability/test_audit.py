@@ -104,7 +104,7 @@ def test_run_metrics_keep_each_iterations_token_counts():
 
 
 def test_summary_flags_a_prompt_seed_rerun_that_differs_beyond_min_effect(tmp_path):
-    from tests.test_summary import store_sweep
+    from tests.unit.test_summary import store_sweep
 
     store_sweep(
         tmp_path,

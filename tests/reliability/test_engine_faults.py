@@ -21,7 +21,7 @@ from omni.reaper import find_run_processes, reap_run
 from omni.runner import run_workdir
 from omni.store import list_temp_files, load_runs
 from omni.sweep import prepare_sweep, run_and_store
-from tests.test_harness import write_spec
+from tests.harness.test_harness import write_spec
 
 pytestmark = [pytest.mark.engines, pytest.mark.slow, pytest.mark.timeout(600)]
 

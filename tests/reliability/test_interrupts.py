@@ -25,7 +25,7 @@ import yaml
 from omni.procfs import read_all
 from omni.store import list_temp_files, load_runs
 from tests.conftest import REPO
-from tests.test_cli import OMNI, omni
+from tests.harness.test_cli import OMNI, omni
 
 # a test starts up to four sweeps (Prefect's ephemeral server each): about 100 s here, three times that on a
 # loaded host (seen beside a vLLM test), past the default 180 s

@@ -28,8 +28,8 @@ from omni.reaper import RUN_ID_VAR, find_run_processes
 from omni.schedule import LOCK_DIR_VAR, claim_run
 from omni.store import list_temp_files, load_runs
 from tests.conftest import REPO
-from tests.test_fleet import FAST, Host
-from tests.test_stack import flow_run, prefect, prefect_api, running_stack  # noqa: F401 - fixtures
+from tests.stack.test_fleet import FAST, Host
+from tests.stack.test_stack import flow_run, prefect, prefect_api, running_stack  # noqa: F401 - fixtures
 
 pytestmark = [pytest.mark.server, pytest.mark.timeout(300)]
 HOST = f"pf-{uuid.uuid4().hex[:6]}"

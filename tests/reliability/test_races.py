@@ -22,7 +22,7 @@ import yaml
 from omni.store import load_runs
 from omni.sweep import prepare_sweep, write_manifest
 from tests.conftest import REPO
-from tests.test_stack import flow_run, prefect, prefect_api, running_stack, worker  # noqa: F401 - fixtures
+from tests.stack.test_stack import flow_run, prefect, prefect_api, running_stack, worker  # noqa: F401 - fixtures
 
 pytestmark = [pytest.mark.server, pytest.mark.slow, pytest.mark.timeout(600)]
 

@@ -18,7 +18,7 @@ from omni.plan import plan_sweep
 from omni.spec import load_spec
 from omni.topology import Slot
 
-FIXTURES = Path(__file__).parent / "fixtures" / "traces"
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "traces"
 VOCAB, HIDDEN = 32000, 256  # tiny-llama
 INT4_HEAD = {"quantization": "cpu_int4", "engine_params": {"int4_lm_head": True}}
 BF16_HEAD = {"quantization": "cpu_int4", "engine_params": {"int4_lm_head": False}}
@@ -203,7 +203,7 @@ def test_profiled_vllm_runs_store_ops_and_a_mislabeled_int4_head_is_invalid(tmp_
     (the test-only fault OMNI_FAULT_INT4_HEAD=bf16) is invalid, with the op."""
     from omni.schedule import run_concurrently
     from omni.sweep import prepare_sweep, run_and_store
-    from tests.test_engines import SIDE_BY_SIDE, write_spec
+    from tests.engines.test_engines import SIDE_BY_SIDE, write_spec
 
     arms = [
         {"name": "int4", **VLLM_INT4},
@@ -234,7 +234,7 @@ def test_profiled_vllm_runs_store_ops_and_a_mislabeled_int4_head_is_invalid(tmp_
 @pytest.mark.timeout(300)
 def test_a_profiled_llamacpp_run_times_every_node_and_labels_it_distorting(tmp_path):
     from omni.sweep import prepare_sweep, run_and_store
-    from tests.test_engines import write_spec
+    from tests.engines.test_engines import write_spec
 
     arm = {
         "name": "llama",
@@ -275,7 +275,7 @@ def test_omni_ops_prints_each_arms_ops_and_judges_them_and_summaries_skip_profil
     import sys
 
     from omni.summary import summarize_sweep
-    from tests.test_summary import store_sweep
+    from tests.unit.test_summary import store_sweep
 
     store_sweep(tmp_path, "sw", {"bf16": [100, 101, 99], "int4": [120, 121, 119]})
     template = store.load_runs(tmp_path, sweep_id="sw").iloc[0].to_dict()

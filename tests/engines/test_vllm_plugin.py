@@ -19,7 +19,7 @@ from omni.store import load_runs
 from omni.sweep import prepare_sweep, run_and_store, run_sweep_items
 from omni.vllm_plugin import names
 from omni.vllm_plugin.patch import REGISTRY, RETAINING_MALLOC, apply_patch, selected
-from tests.test_engines import SIDE_BY_SIDE, TINY, VLLM_PY, write_spec
+from tests.engines.test_engines import SIDE_BY_SIDE, TINY, VLLM_PY, write_spec
 
 GiB, MiB = 1 << 30, 1 << 20
 VLLM_ARM = {
@@ -293,14 +293,14 @@ def test_when_imported_patches_a_module_only_once_it_loads():
 
     from omni.vllm_plugin.patch import when_imported
 
-    sys.modules.pop("tests.late_module", None)
+    sys.modules.pop("tests.unit.late_module", None)
     seen = []
-    assert when_imported("tests.late_module", lambda module: seen.append(module.VALUE)) is False
+    assert when_imported("tests.unit.late_module", lambda module: seen.append(module.VALUE)) is False
     assert seen == []
-    import tests.late_module  # noqa: F401
+    import tests.unit.late_module  # noqa: F401
 
     assert seen == [1]
-    assert when_imported("tests.late_module", lambda module: seen.append(2)) is True and seen == [1, 2]
+    assert when_imported("tests.unit.late_module", lambda module: seen.append(2)) is True and seen == [1, 2]
 
 
 def prompt_logprobs(tmp_path, kinds: list[str]) -> dict[str, list]:

@@ -13,8 +13,8 @@ from omni.placement import verify_binding
 from omni.sampler import NumaSeen, ProcessSeen, read_status
 from omni.topology import Slot, parse_cpulist
 
-GUEST = Path(__file__).parent / "fixtures" / "numa_guest"
-HOST = Path(__file__).parent / "fixtures" / "numa_host"  # captured on a one-node host
+GUEST = Path(__file__).parents[1] / "fixtures" / "numa_guest"
+HOST = Path(__file__).parents[1] / "fixtures" / "numa_host"  # captured on a one-node host
 NODE1 = Slot(0, 1, (1,), (1,))
 BOTH = Slot(0, 0, (0, 1), (0, 1))
 

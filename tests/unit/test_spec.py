@@ -22,7 +22,7 @@ from omni.spec import (
     validate_sweep,
 )
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 GOOD_YAML = """\
 # two arms, one slot of 2 cores

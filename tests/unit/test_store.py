@@ -14,7 +14,7 @@ import pytest
 from omni import columns, compaction, store
 from omni.errors import OmniError
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parents[1] / "fixtures"
 T0 = datetime(2026, 11, 30, 12, 0, 0, 123456, tzinfo=UTC)
 
 METRICS = [c.name for c in columns.COLUMNS if c.group == "metrics"]

@@ -25,7 +25,7 @@ from omni.objstore import storage_options
 from omni.provenance import HOST_VAR
 from omni.reaper import find_run_processes
 from tests.conftest import REPO, xeon_8480c_2s
-from tests.test_stack import flow_run, prefect_api, run_deployment, running_stack, worker  # noqa: F401 - fixtures
+from tests.stack.test_stack import flow_run, prefect_api, run_deployment, running_stack, worker  # noqa: F401 - fixtures
 
 pytestmark = [pytest.mark.server, pytest.mark.timeout(600)]
 TAG = uuid.uuid4().hex[:6]

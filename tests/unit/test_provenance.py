@@ -12,7 +12,7 @@ import pytest
 import omni
 from omni import columns, provenance
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parents[1] / "fixtures"
 
 
 def canned_root(tmp_path: Path, cpuinfo: str) -> Path:

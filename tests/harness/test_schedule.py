@@ -15,8 +15,8 @@ from omni.schedule import claim_run, dispatch, hold_cpus
 from omni.sweep import prepare_sweep, run_sweep_items
 from omni.topology import Slot, format_cpulist
 from tests.conftest import xeon_8480c_2s
-from tests.test_cli import omni
-from tests.test_harness import synthetic, write_spec
+from tests.harness.test_cli import omni
+from tests.harness.test_harness import synthetic, write_spec
 
 SLOTS = [Slot(0, 0, (0, 1), (0,)), Slot(1, 1, (2, 3), (1,))]
 

@@ -1,6 +1,6 @@
 """Logits of a fixed token prompt, from transformers (HF dir) or llama.cpp (GGUF).
 
-Run inside an engine env: ``python tests/logits_probe.py hf|gguf PATH OUT.npy``.
+Run inside an engine env: ``python tests/engines/logits_probe.py hf|gguf PATH OUT.npy``.
 Writes float32 logits of shape (len(PROMPT), vocab).
 """
 

@@ -24,7 +24,7 @@ from omni.runner import validity_rules
 from omni.spec import Arm
 from omni.store import write_run
 from omni.summary import calibrate_from, compare_sweeps, nightly_changes, summarize_sweep, sweep_history
-from tests.test_cli import omni
+from tests.harness.test_cli import omni
 
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
 
@@ -506,7 +506,7 @@ def test_a_nightly_that_regressed_ends_failed_naming_arm_metric_ratio_and_runs(t
         text=True,
         timeout=280,
         env=env,
-        cwd=Path(__file__).resolve().parent.parent,
+        cwd=Path(__file__).resolve().parents[2],
     )
     assert "STATE FAILED" in done.stdout, done.stdout[-2000:] + done.stderr[-3000:]
     assert "regression(s) against the earlier sweeps of this spec" in done.stdout

@@ -17,8 +17,8 @@ from omni import compaction, store
 from omni.errors import OmniError
 from omni.objstore import S3Path, results_root, storage_options
 from tests.conftest import REPO
-from tests.test_stack import running_stack  # noqa: F401 - the fixture
-from tests.test_store import full_row, store_sweep
+from tests.stack.test_stack import running_stack  # noqa: F401 - the fixture
+from tests.unit.test_store import full_row, store_sweep
 
 pytestmark = pytest.mark.server
 

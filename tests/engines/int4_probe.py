@@ -1,6 +1,6 @@
 """Runs in the vLLM env: prompt logprobs of tiny-llama, bf16 or cpu_int4.
 
-``python tests/int4_probe.py MODEL bf16|int4|int4-head OUT.json [CPU]``: for 4
+``python tests/engines/int4_probe.py MODEL bf16|int4|int4-head OUT.json [CPU]``: for 4
 fixed prompts of 48 tokens, the top-5 logprobs vLLM reports at every position.
 With CPU, the probe and every process vLLM starts run on that one CPU, so
 probes can run side by side.
