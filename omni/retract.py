@@ -22,14 +22,9 @@ import pyarrow as pa
 from omni.errors import OmniError
 from omni.objstore import SCHEME, ResultsPath, S3Path, results_root
 from omni.store import (
-    compacted_parts,
-    consolidated_files,
-    held_parts,
     load_runs,
-    part_name,
     read_parquet,
     run_file_of,
-    run_files,
     stored_run_ids,
     write_once,
 )
@@ -120,26 +115,6 @@ def load_retractions(results: str | Path | ResultsPath) -> pd.DataFrame:
     return pa.concat_tables([read_parquet(p, schema=SCHEMA) for p in files]).to_pandas()
 
 
-def exclusions(results: Path) -> tuple[set[Path], set[str]]:
-    """What a fast scan leaves out: whole files (a retracted sweep's run
-    files and compacted parts), and run ids still to filter row by row (a
-    retracted run or file, whose row may sit in a compacted part)."""
-    results = results_root(results)
-    files: set[ResultsPath] = set()
-    rows: set[str] = set()
-    held = held_parts(results, consolidated_files(results))
-    for row in load_retractions(results).itertuples():
-        if row.target_kind == "sweep":  # its run files and compacted parts hold only its rows
-            files.update(run_files(results, row.target))
-            parts = compacted_parts(results, row.target)
-            files.update(parts)
-            if any(part_name(results, p) in held for p in parts):  # a consolidated file holds them with others
-                rows.update(row.run_ids)
-        else:  # a run or a file: its rows may be in a compacted part too
-            rows.update(row.run_ids)
-    return files, rows
-
-
 def retracted_runs(results: Path) -> dict[str, str]:
     """run id -> reason (the first retraction that named it)."""
     out: dict[str, str] = {}
@@ -149,4 +124,4 @@ def retracted_runs(results: Path) -> dict[str, str]:
     return out
 
 
-__all__ = ["exclusions", "load_retractions", "retract", "retracted_runs", "resolve_target"]
+__all__ = ["load_retractions", "retract", "retracted_runs", "resolve_target"]

@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from omni.columns import (
@@ -386,8 +385,8 @@ def _conform(table: pa.Table, columns: list[str] | None = None) -> pa.Table:
 
 
 def _cast(values: pa.ChunkedArray, col: Column) -> pa.ChunkedArray:
-    if values.type == col.type or (pa.types.is_dictionary(values.type) and values.type.value_type == col.type):
-        return values  # as stored, or (scan()) dictionary-encoded
+    if values.type == col.type:
+        return values
     try:
         return values.cast(col.type)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as err:
@@ -419,24 +418,6 @@ def load_runs(results_dir: Results, sweep_id: str | None = None, columns: list[s
         if unknown:
             raise OmniError(f"unknown column(s) {unknown}; see omni.columns.COLUMNS")
     return read_table(results_dir, sweep_id, columns).to_pandas(types_mapper=_pandas_types().get)
-
-
-# Few distinct values per column: scan() keeps them dictionary-encoded, three
-# times faster to read than plain strings.
-CATEGORICAL = (
-    "sweep_id",
-    "sweep_name",
-    "arm",
-    "status",
-    "engine",
-    "engine_env",
-    "model",
-    "host",
-    "dtype",
-    "quantization",
-    "compile_mode",
-    "binding_method",
-)
 
 
 def read_table(results_dir: Results, sweep_id: str | None = None, columns: list[str] | None = None) -> pa.Table:
@@ -475,81 +456,18 @@ def unreadable_under(results_dir: Results) -> dict[str, str]:
         return {path: why for path, why in UNREADABLE.items() if path.startswith(root)}
 
 
-def read_files(files: list[ResultsPath], columns: list[str] | None, dictionary: bool = False) -> list[pa.Table]:
+def read_files(files: list[ResultsPath], columns: list[str] | None) -> list[pa.Table]:
     """Run files, parts or consolidated files, each upgraded (:func:`_read_run_file`),
     on a thread pool; unreadable ones left out."""
     from concurrent.futures import ThreadPoolExecutor
 
     if len(files) < 2:
-        tables = [_read_run_file(p, columns, dictionary) for p in files]
+        tables = [_read_run_file(p, columns) for p in files]
     else:
         workers = 16 if isinstance(files[0], S3Path) else min(8, (os.cpu_count() or 1) + 1)  # S3: waits, not CPU
         with ThreadPoolExecutor(max_workers=workers) as pool:
-            tables = list(pool.map(lambda path: _read_run_file(path, columns, dictionary), files))
+            tables = list(pool.map(lambda path: _read_run_file(path, columns), files))
     return [t for t in tables if t is not None]
-
-
-def scan(results_dir: Results, columns: list[str], skip: set[ResultsPath] = frozenset()) -> pa.Table:
-    """Many rows fast: multi-threaded Arrow dataset scans of ``columns`` over
-    the consolidated files and compacted parts, then the run files none holds,
-    the :data:`CATEGORICAL` columns dictionary-encoded. Files in ``skip``
-    (run files or parts, e.g. a retracted sweep's:
-    :func:`omni.retract.exclusions`) are not read. Files of an older schema
-    version (or that a dataset cannot read as the current schema) go through
-    :func:`read_table`'s per-file upgrade instead."""
-    results_dir = results_root(results_dir)  # once: parts are named relative to it
-    consolidated = [p for p in consolidated_files(results_dir) if p not in skip]
-    held = held_parts(results_dir, consolidated)
-    parts = [p for p in compacted_parts(results_dir) if p not in skip and part_name(results_dir, p) not in held]
-    compacted = _scan_files(consolidated + parts, list(dict.fromkeys([*columns, "run_id"])))
-    covered = set(compacted.column("run_id").to_pylist())
-    rest = _scan_files([p for p in run_files(results_dir, unless=covered) if p not in skip], columns)
-    return pa.concat_tables([compacted.select(columns), rest], promote_options="permissive")
-
-
-def _scan_files(files: list[ResultsPath], columns: list[str]) -> pa.Table:
-    import pyarrow.dataset as ds
-
-    full = schema()
-    wanted = [*columns, "schema_version"]
-    categorical = [c for c in wanted if c in CATEGORICAL]
-    # only the columns asked for, in the schema and the dictionary list alike:
-    # each extra one costs every file a little
-    encoded = pa.schema(
-        [
-            pa.field(c, pa.dictionary(pa.int32(), full.field(c).type)) if c in categorical else full.field(c)
-            for c in wanted
-        ],
-        metadata=full.metadata,
-    )
-    if not files:
-        return encoded.empty_table().select(columns)
-    fmt = ds.ParquetFileFormat(read_options=ds.ParquetReadOptions(dictionary_columns=categorical))
-    filesystem = arrow_source(files[0])[1]
-    try:
-        table = ds.dataset(
-            [arrow_source(p)[0] for p in files], format=fmt, schema=encoded, filesystem=filesystem
-        ).to_table(columns=wanted, batch_size=1 << 20)
-        versions = pc.unique(table["schema_version"]).to_pylist()
-    except (pa.ArrowException, OSError):
-        versions = None
-    if versions is None or any(v != SCHEMA_VERSION for v in versions):
-        tables = [_encoded(t, encoded) for t in read_files(files, columns, dictionary=True)]
-        return pa.concat_tables(tables, promote_options="permissive")
-    return table.select(columns)
-
-
-def _encoded(table: pa.Table, encoded: pa.Schema) -> pa.Table:
-    """The categorical columns of an upgraded file dictionary-encoded like a scan's
-    (a column an old file lacks comes back as plain nulls)."""
-    for i, name in enumerate(table.column_names):
-        want = encoded.field(name).type
-        if table.schema.field(i).type != want:
-            values = table.column(i)
-            if pa.types.is_dictionary(values.type):
-                values = values.cast(want.value_type)
-            table = table.set_column(i, name, pc.dictionary_encode(values).cast(want))
-    return table
 
 
 def _parquet_file(path: ResultsPath, **options: Any) -> pq.ParquetFile:
@@ -557,17 +475,7 @@ def _parquet_file(path: ResultsPath, **options: Any) -> pq.ParquetFile:
     return pq.ParquetFile(filesystem.open_input_file(source) if filesystem else source, **options)
 
 
-def _open(path: ResultsPath, dictionary: bool) -> pq.ParquetFile:
-    if not dictionary:
-        return _parquet_file(path)
-    try:
-        return _parquet_file(path, read_dictionary=list(CATEGORICAL))
-    except KeyError:  # an old file lacking some of them
-        present = set(_parquet_file(path).schema_arrow.names)
-        return _parquet_file(path, read_dictionary=[c for c in CATEGORICAL if c in present])
-
-
-def _read_run_file(path: ResultsPath, columns: list[str] | None = None, dictionary: bool = False) -> pa.Table | None:
+def _read_run_file(path: ResultsPath, columns: list[str] | None = None) -> pa.Table | None:
     """One file, upgraded; with ``columns``, only those are read (upgrades see
     the projected table: one that derives a column from others must ask for them).
     None for a file that is no finished Parquet (truncated, empty, foreign):
@@ -575,7 +483,7 @@ def _read_run_file(path: ResultsPath, columns: list[str] | None = None, dictiona
     never leave one, so it came from elsewhere. An I/O error is raised, not
     skipped: a flaky disk or network must not silently drop rows."""
     try:
-        parquet = _open(path, dictionary)
+        parquet = _parquet_file(path)
         if columns is None:
             table = parquet.read()
         else:
@@ -665,7 +573,6 @@ __all__ = [
     "run_file_of",
     "run_files",
     "write_iterations",
-    "scan",
     "run_path",
     "stored_run_ids",
     "upgrade_table",

@@ -18,8 +18,6 @@ from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
-import pyarrow.compute as pc
 
 from omni.calibration import NONE, Applied, for_arms, metric_kind, noise_floor, write_calibration
 from omni.columns import COLUMNS, COLUMNS_BY_NAME
@@ -185,76 +183,6 @@ def min_effects(spec, metrics: list[str]) -> dict[str, tuple[float, str]]:
         else:
             out[metric] = (DEFAULT_MIN_EFFECT[floor_kind(metric)], "default")
     return out
-
-
-# --- many groups at once ---
-
-
-def _codes(column: pa.ChunkedArray) -> tuple[np.ndarray, list]:
-    """Integer codes and their labels for one key column (dictionary-encoded or not)."""
-    if not pa.types.is_dictionary(column.type):
-        column = pc.dictionary_encode(column)
-    column = column.unify_dictionaries()
-    if column.num_chunks == 0:
-        return np.zeros(0, np.int64), []
-    indices = np.concatenate([c.indices.to_numpy(zero_copy_only=False) for c in column.chunks])
-    return indices.astype(np.int64), column.chunks[0].dictionary.to_pylist()
-
-
-def _median_sorted_free(chunk: np.ndarray) -> float:
-    """Median by partition (no sort), without np.median's per-call overhead."""
-    n = chunk.size
-    half = n // 2
-    if n % 2:
-        return float(np.partition(chunk, half)[half])
-    part = np.partition(chunk, (half - 1, half))
-    return float(part[half - 1] + part[half]) / 2
-
-
-def group_summary(table: pa.Table, keys: list[str], metric: str, exclude_runs: set[str] = frozenset()) -> pd.DataFrame:
-    """n, median, MAD, min and max of ``metric`` per group over ok rows not in
-    ``exclude_runs``: the per-arm table of a whole results directory in one
-    pass (the 1 M-row benchmark's query).
-
-    Group keys become one integer code from their dictionaries, rows are
-    ordered by code once (a radix sort on small ints), and each group's median
-    and MAD come from ``np.partition`` on its slice.
-    """
-    status, labels_status = _codes(table["status"])
-    keep = status == (labels_status.index("ok") if "ok" in labels_status else -1)
-    if exclude_runs:
-        keep &= ~pc.is_in(table["run_id"], value_set=pa.array(sorted(exclude_runs))).to_numpy(zero_copy_only=False)
-    values = table[metric].to_numpy()
-    keep &= ~np.isnan(values)
-    code = np.zeros(int(keep.sum()), dtype=np.int64)
-    labels = []
-    for key in keys:
-        indices, names = _codes(table[key])
-        code = code * max(1, len(names)) + indices[keep]
-        labels.append(names)
-    values = values[keep]
-    small = code.astype(np.int16) if code.size and code.max() < 2**15 else code  # int16: numpy radix-sorts it
-    values = values[np.argsort(small, kind="stable")]
-    sizes = np.bincount(code) if code.size else np.zeros(0, np.int64)
-    groups = np.flatnonzero(sizes)
-    counts = sizes[groups]
-    ends = np.cumsum(counts)
-    starts = ends - counts
-    bounds = list(zip(starts.tolist(), ends.tolist()))
-    medians = np.array([_median_sorted_free(values[a:b]) for a, b in bounds])
-    deviations = np.abs(values - np.repeat(medians, counts))
-    mads = [_median_sorted_free(deviations[a:b]) for a, b in bounds]
-    lows = np.minimum.reduceat(values, starts) if values.size else []
-    highs = np.maximum.reduceat(values, starts) if values.size else []
-    records = []
-    for k, group in enumerate(groups.tolist()):
-        parts = []
-        for names in reversed(labels):
-            group, index = divmod(group, len(names))
-            parts.append(names[index])
-        records.append((*reversed(parts), int(counts[k]), medians[k], mads[k], lows[k], highs[k]))
-    frame = pd.DataFrame.from_records(records, columns=[*keys, "n", "median", "mad", "min", "max"])
-    return frame.sort_values(keys).set_index(keys)
 
 
 # --- a sweep ---

@@ -49,7 +49,7 @@ def test_the_store_on_s3_never_rewrites_and_compacts_like_a_directory(s3_results
     loaded = store.load_runs(s3_results)
     assert sorted(loaded["run_id"]) == sorted(first + other + late) and loaded["run_id"].is_unique
     assert compaction.compact_sweep(s3_results, "s1").name == "part-0001.parquet"
-    assert len(store.load_runs(s3_results, "s1")) == 4 and len(store.scan(s3_results, ["run_id"])) == 6
+    assert len(store.load_runs(s3_results, "s1")) == 4 and len(store.load_runs(s3_results, columns=["run_id"])) == 6
     # what the README shows: pandas and DuckDB on the run files, each row once
     frame = pd.read_parquet(f"{s3_results}/runs", storage_options=storage_options(s3_results))
     assert sorted(frame["run_id"]) == sorted(first + other + late)

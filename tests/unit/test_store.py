@@ -347,24 +347,6 @@ def test_upgrade_refuses_newer_and_unknown():
         store.upgrade_table(pa.table({"run_id": ["r"], "mystery": [1]}))
 
 
-def test_fast_scan_agrees_with_load_runs_and_falls_back_for_old_files(tmp_path):
-    partition = tmp_path / "runs" / "sweep=s-2026-11-01"
-    partition.mkdir(parents=True)
-    for i in range(3):
-        store.write_run(tmp_path, {**full_row(f"r{i}", "s-2026-11-01"), "decode_tok_s": 10.0 + i})
-    columns = ["run_id", "arm", "status", "decode_tok_s"]
-    fast = store.scan(tmp_path, columns)
-    assert pa.types.is_dictionary(fast.schema.field("arm").type)
-    assert sorted(fast["decode_tok_s"].to_pylist()) == [10.0, 11.0, 12.0]
-    skipped = store.scan(tmp_path, columns, skip={partition / "r1.parquet"})
-    assert sorted(skipped["run_id"].to_pylist()) == ["r0", "r2"]
-    # a version-1 file among them: the per-file upgrade path, same answer shape
-    shutil.copy(FIXTURES / "run_v1_subset.parquet", partition / "r-old-0001.parquet")
-    mixed = store.scan(tmp_path, columns).to_pydict()
-    assert sorted(mixed["run_id"]) == ["r-old-0001", "r0", "r1", "r2"]
-    assert dict(zip(mixed["run_id"], mixed["decode_tok_s"]))["r-old-0001"] == 41.5
-
-
 def test_v3_file_reads_with_the_iteration_columns_unknown(tmp_path):
     # run_v3.parquet: written by the schema-3 writer, one timed sample per run
     partition = tmp_path / "runs" / "sweep=s-2026-11-28"
@@ -440,19 +422,14 @@ def test_compaction_counts_every_row_once_for_omni_and_for_pandas(tmp_path):
     assert sorted(pd.read_parquet(tmp_path / "compacted")["run_id"]) == sorted(first + late)
     # resume still sees every run: run files are never removed
     assert store.stored_run_ids(tmp_path, "s1") == set(first + late)
-    fast = store.scan(tmp_path, ["run_id", "decode_tok_s"]).to_pandas()
-    assert fast["run_id"].is_unique and len(fast) == 9
-    skipped = store.scan(tmp_path, ["run_id"], skip={*store.run_files(tmp_path, "s2")}).to_pandas()
-    assert sorted(skipped["run_id"]) == sorted(first + late)  # a skipped file is not read
-    # a retracted sweep's parts are skipped with its run files; a retracted run is filtered by id
-    from omni.retract import exclusions, retract
+    # a retracted sweep's rows, read from its parts, and a retracted run's are left out
+    from omni.retract import retract
+    from omni.summary import without_retracted
 
     retract(tmp_path, "s1", "wrong model")
     retract(tmp_path, other[0], "a busy neighbour")
-    files, ids = exclusions(tmp_path)
-    assert set(store.compacted_parts(tmp_path, "s1")) <= files and ids == {other[0]}
-    left = store.scan(tmp_path, ["run_id"], skip=files).to_pandas()
-    assert sorted(set(left["run_id"]) - ids) == sorted(other[1:])
+    kept, excluded = without_retracted(store.load_runs(tmp_path), tmp_path)
+    assert sorted(kept["run_id"]) == sorted(other[1:]) and excluded == len(first + late) + 1
 
 
 def test_a_compacted_row_reads_back_as_its_run_file_does(tmp_path):
@@ -512,7 +489,8 @@ def test_one_row_files_carry_no_statistics_or_registry_text(tmp_path):
 
 
 def test_consolidation_merges_loose_parts_and_still_counts_every_row_once(tmp_path):
-    from omni.retract import exclusions, retract
+    from omni.retract import retract
+    from omni.summary import without_retracted
 
     sweeps = {f"s{i}": store_sweep(tmp_path, f"s{i}", 3) for i in range(3)}
     for sweep_id in sweeps:
@@ -527,7 +505,6 @@ def test_consolidation_merges_loose_parts_and_still_counts_every_row_once(tmp_pa
     for _ in range(2):
         frame = store.load_runs(tmp_path)
         assert frame["run_id"].is_unique and sorted(frame["run_id"]) == sorted(everyone + late)
-        assert sorted(store.scan(tmp_path, ["run_id"]).column("run_id").to_pylist()) == sorted(everyone + late)
         assert sorted(store.load_runs(tmp_path, "s1")["run_id"]) == sorted(sweeps["s1"] + late)
         compaction.compact_sweep(tmp_path, "s1")
     # each level alone holds each of its rows once, and runs/ stays the whole truth
@@ -535,6 +512,5 @@ def test_consolidation_merges_loose_parts_and_still_counts_every_row_once(tmp_pa
     assert sorted(pd.read_parquet(tmp_path / "runs")["run_id"]) == sorted(everyone + late)
     # a retracted sweep held by a consolidated file: left out by id
     retract(tmp_path, "s2", "wrong model")
-    files, ids = exclusions(tmp_path)
-    left = set(store.scan(tmp_path, ["run_id"], skip=files).column("run_id").to_pylist()) - ids
-    assert left == set(sweeps["s0"] + sweeps["s1"] + late)
+    kept, _ = without_retracted(store.load_runs(tmp_path), tmp_path)
+    assert set(kept["run_id"]) == set(sweeps["s0"] + sweeps["s1"] + late)

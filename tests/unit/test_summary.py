@@ -385,20 +385,6 @@ def test_compare_names_the_arm_made_slower_and_no_other(tmp_path):
     assert shown.returncode == 0 and "| large | decode_tok_s |" in shown.stdout and "worse" in shown.stdout
 
 
-def test_group_summary_over_a_scan_by_hand(tmp_path):
-    ids = store_sweep(tmp_path, "g1", {"a": [1, 2, 3, 10], "b": [5, 5, 7]})
-    store_sweep(tmp_path, "g2", {"a": [4, 6]})
-    from omni.store import scan
-    from omni.summary import group_summary
-
-    table = scan(tmp_path, ["sweep_id", "arm", "status", "run_id", "decode_tok_s"])
-    out = group_summary(table, ["sweep_id", "arm"], "decode_tok_s", exclude_runs={ids[3]})  # drops the 10
-    # by hand: g1/a = 1 2 3: median 2, |dev| 1 0 1 -> MAD 1; g1/b = 5 5 7: median 5, MAD 0; g2/a = 4 6: 5, MAD 1
-    assert out.loc[("g1", "a")].tolist() == [3, 2.0, 1.0, 1.0, 3.0]
-    assert out.loc[("g1", "b")].tolist() == [3, 5.0, 0.0, 5.0, 7.0]
-    assert out.loc[("g2", "a")].tolist() == [2, 5.0, 1.0, 4.0, 6.0]
-
-
 def test_min_effect_from_the_spec_sets_the_margin_per_metric(tmp_path):
     """A 3 % slowdown with 0.5 % noise: worse; below a 5 % min_effect it is
     flagged as such, and a spec asking 2 % for decode_tok_s judges it in full."""
