@@ -38,6 +38,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "omni.progress",
             "omni.provenance",
             "omni.columns",
+            "omni.units",
             "omni.spec",
             "omni.engines",
             "omni.vllm_plugin",

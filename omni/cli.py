@@ -10,11 +10,10 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
+from omni import render
 from omni.errors import OmniError, causes, disk_full
 from omni.objstore import results_root
-from omni.topology import format_cpulist
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="NUMA-pinned benchmark sweeps of CPU LLM inference.")
 out = Console()
@@ -24,6 +23,13 @@ EXIT_RUNS_FAILED = 1
 EXIT_USER_ERROR = 2
 EXIT_INFRASTRUCTURE = 3  # the machinery failed (Prefect API, disk), not the runs or the input
 DEBUG = {"traceback": False}
+
+
+def show(text: str, console: Console = out) -> None:
+    """Print a renderer's text as it is: no markup, no highlighting, no
+    wrapping by rich (the terminal wraps a long line; nothing is cut)."""
+    if text:
+        console.print(text, markup=False, highlight=False, soft_wrap=True)
 
 
 @app.callback()
@@ -56,64 +62,31 @@ RESULTS_OPT = typer.Option("results", help="results: a directory or s3://BUCKET/
 
 
 @app.command()
-def validate(spec: Path = typer.Argument(..., help="sweep spec, YAML or JSON")) -> None:
-    """Validate SPEC and print its expanded arms."""
-    from omni.spec import expanded_arms_table, load_spec
+def validate(
+    spec: Path = typer.Argument(..., help="sweep spec, YAML or JSON"),
+    as_json: bool = typer.Option(False, "--json", help="the settings and resolved arms as one JSON object"),
+) -> None:
+    """Validate SPEC and print its settings and every arm it expands to, with
+    the defaults omni fills in (marked) and the patches each arm applies."""
+    from omni.spec import load_spec
 
     loaded = load_spec(spec)
-    rows = expanded_arms_table(loaded.sweep)
-    table = Table(title=f"{loaded.sweep.name}: {len(rows)} arm(s) x {loaded.sweep.passes} pass(es)")
-    for key in rows[0]:
-        table.add_column(str(key))
-    for row in rows:
-        table.add_row(*(str(v) for v in row.values()))
-    out.print(table)
-    out.print(f"spec sha256 {loaded.sha256}  baseline {loaded.sweep.baseline_arm}")
+    print(render.arms_json(loaded)) if as_json else show(render.arms(loaded))
 
 
 def print_plan(prepared, results: str) -> None:
     from omni.plan import describe_plan
 
     ctx = prepared.context
-    plan = describe_plan(prepared.items, prepared.slots, results_root(results), ctx.resources, ctx.simulate_placement)
-    left = "" if len(plan) == prepared.planned else f" (of {prepared.planned}; the rest are stored)"
-    out.print(
-        f"sweep {prepared.sweep_id}: {len(plan)} run(s){left} on {len(prepared.slots)} slot(s) at once, "
-        "nothing launched (--dry-run)",
-        highlight=False,
-    )
-    for slot in prepared.slots:
-        out.print(f"  {slot.describe()}", highlight=False)
-    if ctx.simulate_placement:
-        out.print("  (topology from a sysfs fixture: placement is planned, not applied)", highlight=False)
-    for p in plan:
-        out.print(
-            f"[bold]#{p['order']}[/] wave {p['wave']} slot {p['slot']} {'profiled ' if p['profiled'] else ''}"
-            f"pass {p['pass']} arm {p['arm']} "
-            f"run {p['run_id']} node {p['node']} cpus {format_cpulist(p['cpus'])} "
-            f"membind {format_cpulist(p['membind'])} via {p['method']}",
-            highlight=False,
-        )
-        if p["problem"]:
-            out.print(f"    [red]will not run:[/] {p['problem']}", highlight=False)
-        env = " ".join(f"{k}={v}" for k, v in p["env"].items())
-        out.print(f"    {env} {p['command']}", highlight=False, markup=False, soft_wrap=True)
+    rows = describe_plan(prepared.items, prepared.slots, results_root(results), ctx.resources, ctx.simulate_placement)
+    show(render.plan(prepared, rows))
 
 
 def print_arm_table(sweep_id: str, results: str) -> None:
     """Per arm and metric: n (of all runs), median, min, max over ok runs."""
     from omni.sweep import sweep_table
 
-    arm_table = sweep_table(results, sweep_id)
-    table = Table(title=f"sweep {sweep_id}")
-    for name in ("arm", "metric", "n/runs", "median", "min", "max"):
-        table.add_column(name, justify="left" if name in ("arm", "metric") else "right")
-    for arm in arm_table.arms:
-        for metric in arm_table.metrics:
-            cell = arm_table.cells[(arm, metric)]
-            nums = ["-" if v is None else f"{v:.4g}" for v in (cell.median, cell.min, cell.max)]
-            table.add_row(arm, metric, f"{cell.n}/{arm_table.runs[arm]}", *nums)
-    out.print(table)
+    show(render.arm_table(sweep_id, sweep_table(results, sweep_id)))
 
 
 def watch_progress(planned: int, slots: int, done: threading.Event) -> None:
@@ -250,19 +223,7 @@ def sweep(
 
 
 def print_fleet_plan(prepared) -> None:
-    fleet = prepared.fleet
-    out.print(
-        f"sweep {prepared.sweep_id}: {len(prepared.items)} run(s) of {prepared.planned} on hosts "
-        f"{', '.join(fleet['hosts'])} ({fleet['mode']}), nothing launched (--dry-run)",
-        highlight=False,
-    )
-    items = {item.run_id: item for item in prepared.items}
-    for shard in fleet["shards"]:
-        instead = f" (host {shard['plan_host']}'s runs)" if shard["plan_host"] != shard["host"] else ""
-        out.print(f"host {shard['host']}{instead}: {len(shard['run_ids'])} run(s)", highlight=False)
-        for rid in shard["run_ids"]:
-            item = items[rid]
-            out.print(f"  pass {item.pass_index} arm {item.arm.name} run {rid}", highlight=False)
+    show(render.fleet_plan(prepared))
 
 
 def prefect_defaults() -> None:
@@ -361,29 +322,10 @@ def topology(
 ) -> None:
     """NUMA nodes, their CPUs, SMT siblings, memory, offline CPUs and current load."""
     from omni.placement import cpu_load
-    from omni.topology import physical_cores, read_topology
+    from omni.topology import read_topology
 
     topo = read_topology(sysfs_root)
-    load = cpu_load(window) if sysfs_root.resolve() == Path("/") else {}
-    out.print(
-        f"CPUs present {format_cpulist(topo.present)}, online {format_cpulist(topo.online)}, "
-        f"offline {format_cpulist(topo.offline) or 'none'}",
-        highlight=False,
-    )
-    for node in topo.nodes.values():
-        cores = physical_cores(topo, node.cpus)
-        smt = sorted({len(topo.siblings.get(c, (c,))) for c in node.cpus}) or [0]
-        mem = f"{node.mem_total_kb / 2**20:.1f} GiB" if node.mem_total_kb else "unknown"
-        busy = [load[c] for c in node.cpus if c in load]
-        busy_text = f", load mean {sum(busy) / len(busy):.0f}% max {max(busy):.0f}%" if busy else ""
-        out.print(
-            f"node {node.id}: cpus {format_cpulist(node.cpus) or '-'} ({len(cores)} cores, "
-            f"{'x'.join(map(str, smt))} threads/core), memory {mem}{busy_text}",
-            highlight=False,
-        )
-    if load:
-        hot = sorted(((pct, cpu) for cpu, pct in load.items() if pct >= 5), reverse=True)[:16]
-        out.print("busy CPUs: " + (", ".join(f"cpu{c} {p:.0f}%" for p, c in hot) or "none >= 5%"), highlight=False)
+    show(render.topology(topo, cpu_load(window) if sysfs_root.resolve() == Path("/") else {}))
 
 
 @app.command()
@@ -417,7 +359,6 @@ def worker(
 @app.command()
 def hosts(as_json: bool = typer.Option(False, "--json", help="one JSON object per host")) -> None:
     """The fleet's hosts (omni worker --host), their facts and whether each is alive."""
-    import json
     from datetime import datetime
 
     from prefect.client.orchestration import get_client
@@ -426,32 +367,12 @@ def hosts(as_json: bool = typer.Option(False, "--json", help="one JSON object pe
 
     require_server()
     with get_client(sync_client=True) as client:
-        states = read_hosts(client)
+        states = list(read_hosts(client).values())
     if as_json:
-        for state in states.values():
-            beat = state.last_heartbeat.isoformat() if state.last_heartbeat else None
-            print(json.dumps({"host": state.name, "alive": state.online, "last_heartbeat": beat, "facts": state.facts}))
+        if states:
+            print(render.hosts_json(states))
         return
-    if not states:
-        out.print("no hosts: start omni worker --host NAME on each benchmark host")
-        return
-    now = datetime.now(UTC)
-    for state in states.values():  # one line per host: copyable, and no table squeezed into 80 columns
-        f = state.facts or {}
-        beat = (
-            f"heartbeat {(now - state.last_heartbeat).total_seconds():.0f} s ago"
-            if state.last_heartbeat
-            else "no heartbeat"
-        )
-        topology = "; ".join(f"node {n} cpus {c}" for n, c in (f.get("topology") or {}).items()) or "topology unknown"
-        out.print(
-            f"{state.name}: {'alive' if state.online else 'OFFLINE'} ({beat}); {f.get('cpu_model')}; "
-            f"isa {' '.join(f.get('isa') or []) or '-'}; {topology}; kernel {f.get('kernel')}; "
-            f"envs {' '.join(f.get('envs') or {}) or 'none'}; omni {str(f.get('harness_git_sha') or '?')[:12]}; "
-            f"machine {f.get('hostname')}; locks {f.get('lock_dir')}",
-            highlight=False,
-            soft_wrap=True,
-        )
+    show(render.hosts(states, datetime.now(UTC)))
 
 
 @app.command()
@@ -515,51 +436,16 @@ def ops(
     frame, runs = sweep_ops(results, sweep_id, steps, include_retracted)
     if by_shape:
         frame = frame.assign(op=frame["op"] + " " + frame["shapes"].fillna(""))
-    for bad in runs[runs["status"] != "ok"].itertuples():
-        out.print(f"{bad.arm} pass {bad.pass_index}: {bad.status}: {bad.error}", highlight=False, soft_wrap=True)
+    show(render.bad_runs(runs[runs["status"] != "ok"].itertuples()))
     arms = [a for a in dict.fromkeys(runs["arm"]) if not arm or a in arm]
-    lines = [line for line in op_lines(frame) if line.arm in arms]
-    table = Table(
-        "arm", "op", "runs", "ms/step", "share", "calls/step", "noise", title=f"ops of {steps} steps, {sweep_id}"
-    )
-    for name in arms:
-        for line in [x for x in lines if x.arm == name][:top]:
-            noise = f"{line.noise:.1%}" if line.noise is not None else "-"
-            flag = " (distorting)" if line.distorting else ""
-            table.add_row(
-                name,
-                line.op + flag,
-                str(line.runs),
-                f"{line.ms_per_step:.3f}",
-                f"{line.share:.1%}",
-                f"{line.calls_per_step:.1f}",
-                noise,
-            )
-    out.print(table)
+    show(render.ops_table(sweep_id, steps, arms, [line for line in op_lines(frame) if line.arm in arms], top))
     ok = frame[frame["status"] == "ok"]
     base = against or baseline_of(sweep_spec(results, sweep_id), list(dict.fromkeys(runs["arm"])))
     if base not in set(ok["arm"]):
-        out.print(f"no per-op verdicts: {base!r} has no ok profiled run (--against names another arm)", highlight=False)
+        show(f"no per-op verdicts: {base!r} has no ok profiled run (--against names another arm)")
         return
     for other in [a for a in arms if a != base and a in set(ok["arm"])]:
-        verdicts = Table(
-            "op",
-            f"{base} ms",
-            f"{other} ms",
-            "ratio",
-            "95 % interval",
-            "verdict",
-            title=f"{other} against {base}, per op (min_effect {min_effect:.0%})",
-        )
-        for c in compare_ops(ok, base, other, min_effect)[:top]:
-            j = c.comparison
-            ms = [f"{v:.3f}" if v is not None else "-" for v in (c.base_ms, c.other_ms)]
-            if j is None:
-                verdicts.add_row(c.op, *ms, "-", "-", f"only in {other if c.base_ms is None else base}")
-                continue
-            interval = f"[{j.ci_low:.3f}, {j.ci_high:.3f}]" if j.ci_low is not None else "-"
-            verdicts.add_row(c.op, *ms, f"x{j.ratio:.3f}", interval, j.verdict)
-        out.print(verdicts)
+        show(render.op_verdicts(base, other, compare_ops(ok, base, other, min_effect), min_effect, top))
 
 
 @app.command()
@@ -625,15 +511,7 @@ def calibrate(
         out.print(f"calibration sweep {k + 1} of {sweeps}: {spec}", highlight=False)
         ids.append(run_local_sweep(spec, passes, results, force))
     path = calibrate_from(results, ids)
-    record = json.loads(path.read_text())
-    out.print(f"calibration of host {record['host']} from sweep(s) {', '.join(ids)}:", highlight=False)
-    for workload, entry in sorted(record["workloads"].items()):
-        out.print(f"  workload {workload} (arms {', '.join(entry['arms'])}; {entry['runs']} runs)", highlight=False)
-        for metric, noise in sorted(entry["noise"].items()):
-            drift = entry["drift"].get(metric)
-            shown = f"{drift:8.3%}" if drift is not None else "  (1 sweep)"
-            out.print(f"    {metric:<24} noise {noise:8.3%}  drift {shown}", highlight=False)
-    out.print(f"written: {path}", highlight=False)
+    show(render.calibration(json.loads(path.read_text()), ids, path))
 
 
 @app.command()
@@ -682,11 +560,7 @@ def retract(
         out.print(f"{target} is retracted already ({'; '.join(reasons)}): nothing recorded", highlight=False)
         return
     row = load_retractions(results).set_index("retraction_id").loc[path.stem]
-    out.print(
-        f"retracted {row['target_kind']} {row['target']} ({len(row['run_ids'])} run(s)): {row['reason']}",
-        highlight=False,
-    )
-    out.print(f"recorded in {path}", highlight=False)
+    show(render.retraction(row, path))
 
 
 @app.command()
@@ -706,16 +580,7 @@ def provenance(
             f"{target!r} is no run id under {results_root(results) / 'runs'} and no file; find ids with omni table SWEEP_ID"
         )
     row = upgrade_table(read_parquet(path)).to_pylist()[0]
-    out.print(f"run {row['run_id']} of sweep {row['sweep_id']} ({path})", highlight=False)
-    reason = retracted_runs(results).get(row["run_id"])
-    if reason:
-        out.print(f"RETRACTED: {reason}", highlight=False)
-    for group in ("identity", "arm", "placement", "provenance", "validity"):
-        out.print(f"[bold]{group}[/]")
-        for col in (c for c in COLUMNS if c.group == group):
-            value = row.get(col.name)
-            if value is not None and value != []:
-                out.print(f"  {col.name:<26} {value}", markup=False, highlight=False, soft_wrap=True)
+    show(render.provenance(row, path, retracted_runs(results).get(row["run_id"]), COLUMNS))
 
 
 def run_local_sweep(spec: Path, passes, results: str, force: bool) -> str:
@@ -801,8 +666,7 @@ def stack_down() -> None:
 def stack_status() -> None:
     from omni import stack
 
-    for key, value in stack.status().items():
-        out.print(f"{key:<9} {value}", highlight=False)
+    show(render.key_values(stack.status()))
 
 
 env_app = typer.Typer(no_args_is_help=True, help="Engine environments (.venvs/<name>).")
@@ -817,15 +681,7 @@ def env_list() -> None:
     from omni.envs import ENVS, env_info, read_stamp
     from omni.sweep import REPO_ROOT
 
-    for name in sorted(ENVS):
-        info, stamp = env_info(REPO_ROOT, name), read_stamp(REPO_ROOT, name)
-        state = "built" if info else ("stale (declaration changed)" if stamp else "not built")
-        detail = (
-            f" key {info.key} freeze {info.freeze_sha256[:12]} built {info.built_at} in {info.build_s} s"
-            if info
-            else ""
-        )
-        out.print(f"{name:<20} {state}{detail}", highlight=False)
+    show(render.env_list((n, env_info(REPO_ROOT, n), bool(read_stamp(REPO_ROOT, n))) for n in sorted(ENVS)))
 
 
 @env_app.command("build")
@@ -851,9 +707,7 @@ def models_make(
     if preset not in PRESETS:
         raise OmniError(f"unknown preset {preset!r}; known: {', '.join(PRESETS)}")
     manifest = make_model(REPO_ROOT, preset, out_dir.resolve() if out_dir else None)
-    out.print(f"{preset}: hf sha256 {manifest['hf_sha256']}", highlight=False)
-    for _kind, entry in sorted(manifest["gguf"].items()):
-        out.print(f"  {entry['file']}: sha256 {entry['sha256']}", highlight=False)
+    show(render.model_made(preset, manifest))
 
 
 def main() -> None:
