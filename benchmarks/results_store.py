@@ -8,7 +8,7 @@ metrics varied. Measured side by side in one run, each reading repeated
 ``--repeat`` times in turn (ABAB...), median [min-max]:
 
 - ``regressions``: ``omni regressions``' load, every row of the store with the
-  columns its rule reads (``summary.spec_runs``' columns);
+  columns its rule reads (``compare.spec_runs``' columns);
 - ``summary``: a summary's load, one sweep's rows whole (``load_runs(SWEEP)``);
 - DuckDB ``read_parquet`` of the same columns into pandas: over the per-run
   files (what a user points it at; locally only: through fsspec, 20,000 S3
@@ -41,8 +41,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from omni import compaction, store  # noqa: E402
+from omni.compare import history_columns  # noqa: E402
 from omni.objstore import S3Path, results_root  # noqa: E402
-from omni.summary import history_columns  # noqa: E402
 
 REGRESSION_COLUMNS = history_columns()  # what `omni regressions` reads of every run
 SWEEPS = [400]  # --sweeps

@@ -18,6 +18,7 @@ from prefect.runtime import flow_run
 from prefect.states import Completed, Failed
 
 from omni.compaction import CONSOLIDATE_AT, compact_sweep, consolidate
+from omni.compare import Change, nightly_changes, sweep_history
 from omni.errors import OmniError, disk_full
 from omni.fleet import parse_replacements
 from omni.objstore import results_root
@@ -26,7 +27,7 @@ from omni.reaper import watch_parent
 from omni.report import summary_markdown, write_outputs
 from omni.runner import RUNS, PlanItem, RunContext
 from omni.schedule import dispatch
-from omni.summary import Change, nightly_changes, summarize_sweep, sweep_history
+from omni.summary import summarize_sweep
 from omni.sweep import (
     SKIPPED,
     format_table,

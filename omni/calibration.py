@@ -29,9 +29,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from omni.columns import COLUMNS_BY_NAME
+from omni.columns import COLUMNS_BY_NAME, metric_columns
 from omni.errors import OmniError
 from omni.objstore import ResultsPath, results_root, write_text_once
+from omni.retract import ok_rows
 from omni.stats import DEFAULT_DRIFT, MIN_DRIFT, between_sweep_drift, pooled_log_sd
 
 MEMORY_UNITS = ("MiB", "B")
@@ -101,6 +102,20 @@ def write_calibration(results: Path, frame: pd.DataFrame, metrics: list[str]) ->
     return path
 
 
+def calibrate_from(results: Path, sweep_ids: list[str], include_retracted: bool = False) -> Path:
+    """Measure every workload of these stored sweeps (A/A noise within each,
+    drift between them) and store the calibration for their host."""
+    frames = [ok_rows(results, sweep_id, include_retracted).ok for sweep_id in sweep_ids]
+    frame = pd.concat(frames, ignore_index=True)
+    hosts = set(frame["host"].dropna())
+    if len(hosts) > 1:
+        raise OmniError(
+            f"sweeps {', '.join(sweep_ids)} ran on several hosts ({', '.join(sorted(hosts))}): "
+            "a calibration is one host's; calibrate each host's sweeps apart"
+        )
+    return write_calibration(results, frame, metric_columns())
+
+
 def load_calibrations(results: Path, host: str | None) -> list[tuple[Path, dict]]:
     """This host's calibrations, newest first; a file that is not one is an error naming it."""
     records = []
@@ -152,6 +167,18 @@ def for_arms(results: Path, host: str | None, arm_jsons: dict[str, str]) -> dict
     the host's calibrations are read once for all arms."""
     records = load_calibrations(results, host)
     return {arm: applied(records, workload_of(text)) for arm, text in arm_jsons.items()}
+
+
+def arm_calibrations(results: Path, frame: pd.DataFrame, arms: list[str]) -> dict[str, Applied]:
+    """arm -> the calibration of its workload on the rows' host (:func:`for_arms`), NONE for an arm with no arm_json."""
+    host = str(frame["host"].dropna().iloc[0]) if frame["host"].notna().any() else None
+    texts = {
+        arm: str(frame.loc[frame["arm"] == arm, "arm_json"].dropna().iloc[0])
+        for arm in arms
+        if frame.loc[frame["arm"] == arm, "arm_json"].notna().any()
+    }
+    found = for_arms(results, host, texts)
+    return {arm: found.get(arm, NONE) for arm in arms}
 
 
 def noise_floor(calibration: Applied, metric: str, default: float) -> float:

@@ -406,8 +406,9 @@ def summary(
     """Per arm and metric: n, median, MAD, CV, interval, and the verdict
     against the baseline; writes results/summaries/SWEEP.{md,json,html}
     (always every metric: --metric focuses what is printed)."""
+    from omni.compare import sweep_history
     from omni.report import summary_markdown, write_outputs
-    from omni.summary import focus, summarize_sweep, sweep_history
+    from omni.summary import focus, summarize_sweep
 
     result = summarize_sweep(results, sweep_id, include_retracted)
     out.print(summary_markdown(focus(result, metric)), markup=False, highlight=False, soft_wrap=True)
@@ -457,8 +458,8 @@ def compare(
     metric: list[str] | None = METRIC_OPT,
 ) -> None:
     """Each arm of AFTER against the same arm of BEFORE: ratio, interval, verdict."""
+    from omni.compare import compare_sweeps
     from omni.report import comparison_markdown
-    from omni.summary import compare_sweeps
 
     out.print(
         comparison_markdown(compare_sweeps(results, before, after, include_retracted, metric)),
@@ -479,8 +480,8 @@ def regressions(
     """Regressions and improvements of repeated sweeps of one spec: each
     sweep's runs against the earlier sweeps' runs, with the verdict rule and
     the between-sweep drift; exit 1 when the newest sweep regressed."""
+    from omni.compare import nightly_changes
     from omni.report import changes_markdown
-    from omni.summary import nightly_changes
 
     changes, order = nightly_changes(results, sweep_name, window, min_history, include_retracted=include_retracted)
     out.print(changes_markdown(sweep_name, changes, order), markup=False, highlight=False, soft_wrap=True)
@@ -504,7 +505,7 @@ def calibrate(
     calibration applies; cross-sweep compare and regressions add its drift."""
     import json
 
-    from omni.summary import calibrate_from
+    from omni.calibration import calibrate_from
 
     ids = list(from_sweep or [])
     for k in range(0 if ids else sweeps):

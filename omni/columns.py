@@ -358,6 +358,11 @@ COLUMNS: tuple[Column, ...] = (
 COLUMNS_BY_NAME: dict[str, Column] = {c.name: c for c in COLUMNS}
 
 
+def metric_columns() -> list[str]:
+    """Metrics the registry says which way is better: the ones summaries judge."""
+    return [c.name for c in COLUMNS if c.group == "metrics" and c.better]
+
+
 @functools.cache
 def schema() -> pa.Schema:
     """The current Arrow schema; unit, meaning and group ride in field metadata."""

@@ -9,8 +9,9 @@ import math
 from dataclasses import asdict
 from pathlib import Path
 
+from omni.compare import Change, SweepComparison
 from omni.objstore import ResultsPath, results_root
-from omni.summary import Change, Judged, SweepComparison, SweepSummary, untrusted
+from omni.summary import Judged, SweepSummary, untrusted
 
 VERDICT_COLORS = {"better": "#1a7f37", "worse": "#cf222e", "equivalent": "#57606a", "inconclusive": "#bf8700"}
 

@@ -5,7 +5,8 @@ retraction (``pd.read_parquet("results/retractions")`` reads it whole), each
 naming its target (a run, a sweep, or a file under ``results/``), the run ids
 it withdraws, the reason and, optionally, what supersedes it. Run files are
 never rewritten or deleted; summaries leave retracted runs out and say how
-many they left out.
+many they left out (:func:`without_retracted`, :func:`ok_rows`: the rows every
+verdict, comparison and calibration reads).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import secrets
 import socket
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import NamedTuple
 
 import pandas as pd
 import pyarrow as pa
@@ -23,6 +25,7 @@ from omni.errors import OmniError
 from omni.objstore import SCHEME, ResultsPath, S3Path, results_root
 from omni.store import (
     load_runs,
+    profiled,
     read_parquet,
     run_file_of,
     stored_run_ids,
@@ -124,4 +127,48 @@ def retracted_runs(results: Path) -> dict[str, str]:
     return out
 
 
-__all__ = ["load_retractions", "retract", "retracted_runs", "resolve_target"]
+# --------------------------------------------------- reads that leave them out
+
+
+def without_retracted(frame: pd.DataFrame, results: Path, include_retracted: bool = False) -> tuple[pd.DataFrame, int]:
+    """The rows no retraction names (all of them with ``include_retracted``), and how many were left out."""
+    if include_retracted:
+        return frame, 0
+    keep = ~frame["run_id"].isin(retracted_runs(results))
+    return frame[keep], int((~keep).sum())
+
+
+class SweepRows(NamedTuple):
+    ok: pd.DataFrame  # the timed runs that are ok
+    timed: pd.DataFrame  # every timed run
+    excluded: int  # retracted runs left out
+    profiled: pd.DataFrame  # the profiled passes: no verdict reads their timings (omni ops does)
+
+
+def ok_rows(results: Path, sweep_id: str, include_retracted: bool = False) -> SweepRows:
+    """One sweep's unretracted rows, the timed ones apart from the profiled passes."""
+    frame = load_runs(results, sweep_id=sweep_id)
+    if frame.empty:
+        raise OmniError(
+            f"no rows for sweep {sweep_id!r} under {results_root(results) / 'runs'}; list them with omni table or ls"
+        )
+    frame, excluded = without_retracted(frame, results, include_retracted)
+    if frame.empty:
+        raise OmniError(f"all {excluded} run(s) of sweep {sweep_id} are retracted; --include-retracted shows them")
+    frame = frame.sort_values("order_index")
+    profiled_pass = profiled(frame)  # their timings carry the profiler's cost
+    timed = frame[~profiled_pass]
+    if timed.empty:
+        raise OmniError(f"every run of sweep {sweep_id} is a profiled pass: omni ops {sweep_id} reads them")
+    return SweepRows(timed[timed["status"] == "ok"], timed, excluded, frame[profiled_pass])
+
+
+__all__ = [
+    "SweepRows",
+    "load_retractions",
+    "ok_rows",
+    "retract",
+    "retracted_runs",
+    "resolve_target",
+    "without_retracted",
+]

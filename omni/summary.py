@@ -1,11 +1,12 @@
-"""From stored rows to conclusions: per-arm summaries, verdicts against the
-baseline and the live A/A control, sweep-to-sweep comparisons, nightly
-regressions, and the provenance a summary carries.
+"""One sweep's conclusions: per-arm summaries, verdicts against the baseline
+and the live A/A control, the audits and warnings that qualify them, and the
+provenance a summary carries.
 
-This reads rows, retractions and spec copies; the arithmetic is
-:mod:`omni.stats`, calibrations are :mod:`omni.calibration`'s, and the
-Markdown/JSON/HTML forms are :mod:`omni.report`'s. Retracted runs are left
-out unless asked for, and every summary says how many it left out.
+This reads a sweep's rows (:func:`omni.retract.ok_rows`: retracted runs are
+left out unless asked for, and every summary says how many it left out), its
+spec copy and the calibrations of its workloads (:mod:`omni.calibration`);
+the arithmetic is :mod:`omni.stats`, conclusions across sweeps are
+:mod:`omni.compare`'s, and the Markdown/JSON/HTML forms :mod:`omni.report`'s.
 """
 
 from __future__ import annotations
@@ -14,17 +15,16 @@ import json
 import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
 
-from omni.calibration import NONE, Applied, for_arms, metric_kind, noise_floor, write_calibration
-from omni.columns import COLUMNS, COLUMNS_BY_NAME
+from omni.calibration import NONE, arm_calibrations, metric_kind, noise_floor
+from omni.columns import COLUMNS_BY_NAME, metric_columns
 from omni.errors import OmniError
 from omni.objstore import local_copy, results_root
 from omni.ops import HEAD_RULE, STEP_KINDS
-from omni.retract import retracted_runs
+from omni.retract import SweepRows, ok_rows, without_retracted
 from omni.spec import load_spec
 from omni.stats import (
     DEFAULT_FLOORS,
@@ -52,80 +52,11 @@ ROW_RULES = (
 )
 
 
-def metric_columns() -> list[str]:
-    """Metrics the registry says which way is better: the ones summaries judge."""
-    return [c.name for c in COLUMNS if c.group == "metrics" and c.better]
-
-
-floor_kind = metric_kind  # time or memory: which defaults apply
-
-
 def default_floor(metric: str) -> float:
-    return DEFAULT_FLOORS[floor_kind(metric)]
-
-
-# --- calibrations (omni calibrate; the arithmetic is omni.calibration's) ---
-
-
-def calibrate_from(results: Path, sweep_ids: list[str], include_retracted: bool = False) -> Path:
-    """Measure every workload of these stored sweeps (A/A noise within each,
-    drift between them) and store the calibration for their host."""
-    frames = [ok_rows(results, sweep_id, include_retracted).ok for sweep_id in sweep_ids]
-    frame = pd.concat(frames, ignore_index=True)
-    hosts = set(frame["host"].dropna())
-    if len(hosts) > 1:
-        raise OmniError(
-            f"sweeps {', '.join(sweep_ids)} ran on several hosts ({', '.join(sorted(hosts))}): "
-            "a calibration is one host's; calibrate each host's sweeps apart"
-        )
-    return write_calibration(results, frame, metric_columns())
-
-
-def arm_calibrations(results: Path, frame: pd.DataFrame, arms: list[str]) -> dict[str, Applied]:
-    host = str(frame["host"].dropna().iloc[0]) if frame["host"].notna().any() else None
-    texts = {
-        arm: str(frame.loc[frame["arm"] == arm, "arm_json"].dropna().iloc[0])
-        for arm in arms
-        if frame.loc[frame["arm"] == arm, "arm_json"].notna().any()
-    }
-    found = for_arms(results, host, texts)
-    return {arm: found.get(arm, NONE) for arm in arms}
+    return DEFAULT_FLOORS[metric_kind(metric)]
 
 
 # --- rows ---
-
-
-def without_retracted(frame: pd.DataFrame, results: Path, include_retracted: bool = False) -> tuple[pd.DataFrame, int]:
-    """The rows no retraction names (all of them with ``include_retracted``), and how many were left out."""
-    if include_retracted:
-        return frame, 0
-    keep = ~frame["run_id"].isin(retracted_runs(results))
-    return frame[keep], int((~keep).sum())
-
-
-class SweepRows(NamedTuple):
-    ok: pd.DataFrame  # the timed runs that are ok
-    timed: pd.DataFrame  # every timed run
-    excluded: int  # retracted runs left out
-    profiled: pd.DataFrame  # the profiled passes: no verdict reads their timings (omni ops does)
-
-
-def ok_rows(results: Path, sweep_id: str, include_retracted: bool = False) -> SweepRows:
-    """One sweep's unretracted rows, the timed ones apart from the profiled passes."""
-    frame = load_runs(results, sweep_id=sweep_id)
-    if frame.empty:
-        raise OmniError(
-            f"no rows for sweep {sweep_id!r} under {results_root(results) / 'runs'}; list them with omni table or ls"
-        )
-    frame, excluded = without_retracted(frame, results, include_retracted)
-    if frame.empty:
-        raise OmniError(f"all {excluded} run(s) of sweep {sweep_id} are retracted; --include-retracted shows them")
-    frame = frame.sort_values("order_index")
-    profiled = is_profiled(frame)  # their timings carry the profiler's cost
-    timed = frame[~profiled]
-    if timed.empty:
-        raise OmniError(f"every run of sweep {sweep_id} is a profiled pass: omni ops {sweep_id} reads them")
-    return SweepRows(timed[timed["status"] == "ok"], timed, excluded, frame[profiled])
 
 
 def void_arms(profiled: pd.DataFrame) -> dict[str, str]:
@@ -181,7 +112,7 @@ def min_effects(spec, metrics: list[str]) -> dict[str, tuple[float, str]]:
         elif "default" in given:
             out[metric] = (float(given["default"]), "spec min_effect")
         else:
-            out[metric] = (DEFAULT_MIN_EFFECT[floor_kind(metric)], "default")
+            out[metric] = (DEFAULT_MIN_EFFECT[metric_kind(metric)], "default")
     return out
 
 
@@ -255,7 +186,7 @@ def judge(
     """Compare ``arm`` (rows ``other``) with ``base_arm`` (rows ``base``) on one
     metric; ``drift`` > 0 when the two come from different sweeps."""
     warnings = tuple(_row_warnings(base, base_arm) + _row_warnings(other, arm))
-    if floor_kind(metric) == "memory":
+    if metric_kind(metric) == "memory":
         modes = _mmap_modes(base, base_arm) | _mmap_modes(other, arm)
         if len(modes - {None}) > 1:
             return Judged(None, "refused: mixed mmap modes (mmap weights are file pages, not RssAnon)", warnings)
@@ -570,18 +501,6 @@ def beyond(c) -> bool:
     return c.ci_low > 1 + c.min_effect or c.ci_high < 1 / (1 + c.min_effect)
 
 
-@dataclass(frozen=True)
-class SweepComparison:
-    before: str
-    after: str
-    arms: tuple[str, ...]
-    metrics: tuple[str, ...]
-    judged: dict[tuple[str, str], Judged]
-    config_changes: dict[str, str]
-    excluded: int
-    drift_sources: dict[tuple[str, str], str] = field(default_factory=dict)  # where each drift came from
-
-
 def check_metrics(asked: list[str] | None, available: list[str]) -> list[str]:
     """The metrics asked for (``--metric``), each one judged and measured here;
     all of ``available`` when none were asked for."""
@@ -609,197 +528,3 @@ def focus(summary: SweepSummary, metrics: list[str] | None) -> SweepSummary:
         judged={k: v for k, v in summary.judged.items() if k[1] in keep},
         values={k: v for k, v in summary.values.items() if k[1] in keep},
     )
-
-
-def compare_sweeps(
-    results: Path, before: str, after: str, include_retracted: bool = False, metrics: list[str] | None = None
-) -> SweepComparison:
-    """Each arm of ``after`` against the same-named arm of ``before`` (on
-    ``metrics`` only, when given)."""
-    a_ok, a_all, a_ex, _ = ok_rows(results, before, include_retracted)
-    b_ok, b_all, b_ex, _ = ok_rows(results, after, include_retracted)
-    arms = [arm for arm in dict.fromkeys(b_all["arm"]) if arm in set(a_all["arm"])]
-    if not arms:
-        raise OmniError(f"sweeps {before} and {after} share no arm name; compare needs the same arms")
-    metrics = check_metrics(metrics, [m for m in metric_columns() if a_ok[m].notna().any() and b_ok[m].notna().any()])
-    effects = min_effects(sweep_spec(results, after), metrics)
-    # two sweeps: interleaving cannot cancel what moved between them; the
-    # drift measured for the arm's workload (after's, else before's), else the default
-    cal_after, cal_before = arm_calibrations(results, b_all, arms), arm_calibrations(results, a_all, arms)
-    calibrations = {arm: cal_after[arm] if cal_after[arm].drift else cal_before[arm] for arm in arms}
-    drifts = {(arm, m): calibrations[arm].drift_for(m) for arm in arms for m in metrics}
-    judged = {
-        (arm, m): judge(a_ok, b_ok, arm, arm, m, effects[m][0], drifts[(arm, m)][0]) for arm in arms for m in metrics
-    }
-    changes = {}
-    for arm in arms:
-        old = json.loads(a_all.loc[a_all["arm"] == arm, "arm_json"].iloc[0])
-        new = json.loads(b_all.loc[b_all["arm"] == arm, "arm_json"].iloc[0])
-        diff = _diff(old, new)
-        if diff:
-            changes[arm] = ", ".join(diff)
-    sources = {(arm, m): source for (arm, m), (_, source) in drifts.items()}
-    return SweepComparison(before, after, tuple(arms), tuple(metrics), judged, changes, a_ex + b_ex, sources)
-
-
-def _diff(old: dict, new: dict, prefix: str = "") -> list[str]:
-    out = []
-    for key in sorted(set(old) | set(new)):
-        a, b = old.get(key), new.get(key)
-        if isinstance(a, dict) and isinstance(b, dict):
-            out += _diff(a, b, f"{prefix}{key}.")
-        elif a != b:
-            out.append(f"{prefix}{key} {a!r} -> {b!r}")
-    return out
-
-
-# --- nightly regressions ---
-
-
-@dataclass(frozen=True)
-class Change:
-    """An arm's metric in one sweep against the sweeps before it, judged by
-    the same rule as every verdict (:func:`omni.stats.compare`) with the
-    between-sweep drift added."""
-
-    arm: str
-    metric: str
-    sweep_id: str
-    kind: str  # regression | improvement
-    ratio: float  # geometric mean of this sweep's runs over the history's
-    ci_low: float
-    ci_high: float
-    drift: float
-    drift_source: str
-    median: float
-    history_median: float
-    history_sweeps: tuple[str, ...]
-    run_ids: tuple[str, ...]
-    history_run_ids: tuple[str, ...]
-
-
-def history_columns() -> list[str]:
-    """What the nightly comparison and the trend plots read of every run."""
-    spreads = [c for c in COLUMNS_BY_NAME if c.endswith("_iter_sd_log")]
-    return [
-        "sweep_id",
-        "sweep_name",
-        "arm",
-        "arm_json",
-        "status",
-        "profiled",
-        "run_id",
-        "host",
-        "started_at",
-        "iterations",
-        "warning_rules",
-        "mmap",
-        *spreads,
-        *metric_columns(),
-    ]
-
-
-def spec_runs(results: Path, sweep_name: str, include_retracted: bool = False) -> pd.DataFrame:
-    """The ok, unretracted runs of every sweep of one spec name: only the
-    columns the nightly comparison and the trend plots read."""
-    frame = load_runs(results, columns=history_columns())
-    frame = frame[(frame["sweep_name"] == sweep_name) & (frame["status"] == "ok") & ~is_profiled(frame)]
-    return without_retracted(frame, results, include_retracted)[0]
-
-
-def nightly_changes(
-    results: Path, sweep_name: str, window: int = 10, min_history: int = 3, include_retracted: bool = False
-) -> tuple[list[Change], list[str]]:
-    """Each sweep's runs against the runs of up to ``window`` earlier sweeps
-    of the same spec (at least ``min_history`` of them), per arm and metric.
-
-    A regression is a ``worse`` verdict whose interval reaches past the
-    sweep's min_effect (not below_min_effect); an improvement the same for
-    ``better``. The interval adds the drift measured for the arm's workload
-    (omni calibrate --sweeps), else the default. Returns the changes and the
-    sweep ids in time order.
-    """
-    frame = spec_runs(results, sweep_name, include_retracted)
-    return changes_in(frame, results, sweep_name, window, min_history)
-
-
-def changes_in(
-    frame: pd.DataFrame, results: Path, sweep_name: str, window: int = 10, min_history: int = 3
-) -> tuple[list[Change], list[str]]:
-    """:func:`nightly_changes` over rows already read (:func:`spec_runs`)."""
-    if frame.empty:
-        raise OmniError(f"no ok runs of sweeps named {sweep_name!r} under {results}")
-    order = frame.groupby("sweep_id")["started_at"].min().sort_values().index.tolist()
-    metrics = [m for m in metric_columns() if frame[m].notna().any()]
-    # the newest configuration of each arm names its workload
-    newest_first = frame.sort_values("started_at", ascending=False)
-    calibrations = arm_calibrations(results, newest_first, list(dict.fromkeys(frame["arm"])))
-    effects = {sweep_id: min_effects(sweep_spec(results, sweep_id), metrics) for sweep_id in order}
-    changes = []
-    for (arm, metric), group in _by_arm_metric(frame, metrics):
-        per_sweep = {s: g for s, g in group.groupby("sweep_id")}
-        sweeps = [s for s in order if s in per_sweep]
-        drift, source = calibrations[arm].drift_for(metric)
-        for i, sweep_id in enumerate(sweeps):
-            history = sweeps[max(0, i - window) : i]
-            if len(history) < min_history:
-                continue
-            past = pd.concat([per_sweep[s] for s in history])
-            current = per_sweep[sweep_id]
-            judged = judge(past, current, arm, arm, metric, effects[sweep_id][metric][0], drift)
-            c = judged.comparison
-            if judged.refused or c is None or c.verdict not in ("better", "worse") or c.below_min_effect:
-                continue
-            changes.append(
-                Change(
-                    arm,
-                    metric,
-                    sweep_id,
-                    "regression" if c.verdict == "worse" else "improvement",
-                    c.ratio,
-                    c.ci_low,
-                    c.ci_high,
-                    drift,
-                    source,
-                    float(current[metric].median()),
-                    float(past[metric].median()),
-                    tuple(history),
-                    tuple(current["run_id"]),
-                    tuple(past["run_id"]),
-                )
-            )
-    return changes, order
-
-
-def sweep_history(results: Path, summary: SweepSummary, include_retracted: bool = False) -> dict:
-    """Per-sweep medians of every sweep of the same spec name up to this one,
-    and the nightly changes among them (for the report's trend plots)."""
-    try:
-        frame = spec_runs(results, summary.sweep_name, include_retracted)
-        changes, order = changes_in(frame, results, summary.sweep_name)
-    except OmniError:
-        return {"points": {}, "changes": []}
-    if len(order) < 2:
-        return {"points": {}, "changes": []}
-    order = order[: order.index(summary.sweep_id) + 1] if summary.sweep_id in order else order
-    points = {}
-    for arm in summary.arms:
-        for metric in summary.metrics:
-            rows = frame[frame["arm"] == arm]
-            medians = rows.groupby("sweep_id")[metric].median()
-            points[(arm, metric)] = [
-                (s, float(medians[s]), summary.floors[metric][0])
-                for s in order
-                if s in medians and not math.isnan(medians[s])
-            ]
-    return {"points": points, "changes": [c for c in changes if c.sweep_id in order]}
-
-
-def _by_arm_metric(frame: pd.DataFrame, metrics: list[str]):
-    for arm, rows in frame.groupby("arm"):
-        for metric in metrics:
-            spread = [c for c in (f"{metric}_iter_sd_log", "iterations") if c in rows]
-            yield (
-                (arm, metric),
-                rows.loc[rows[metric].notna(), ["sweep_id", "run_id", "arm", "warning_rules", "mmap", metric, *spread]],
-            )

@@ -17,13 +17,15 @@ import pytest
 import yaml
 from PIL import Image
 
+from omni.calibration import calibrate_from
+from omni.compare import compare_sweeps, nightly_changes, sweep_history
 from omni.errors import OmniError
 from omni.report import VERDICT_COLORS, as_json, comparison_markdown, html_report, summary_markdown
 from omni.retract import retract
 from omni.runner import validity_rules
 from omni.spec import Arm
 from omni.store import write_run
-from omni.summary import calibrate_from, compare_sweeps, nightly_changes, summarize_sweep, sweep_history
+from omni.summary import summarize_sweep
 from tests.harness.test_cli import omni
 
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
