@@ -200,6 +200,8 @@ def sweep(
         if not quiet:
             print_arm_table(prepared.sweep_id, results)
         return
+    if quiet or as_json:
+        quiet_prefect()
     prefect_defaults()
     from flows.sweep import sweep as sweep_flow
 
@@ -224,6 +226,13 @@ def sweep(
 
 def print_fleet_plan(prepared) -> None:
     show(render.fleet_plan(prepared))
+
+
+def quiet_prefect() -> None:
+    """Prefect's console at warnings and errors (unless the user set its
+    level): no INFO line per flow and task run. Its API still records them.
+    Read when prefect is first imported, so called before that."""
+    os.environ.setdefault("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", "WARNING")
 
 
 def prefect_defaults() -> None:
