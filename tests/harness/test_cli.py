@@ -62,7 +62,7 @@ def test_topology_of_the_two_socket_fixture_and_of_this_host(tmp_path):
     done = omni("topology", "--sysfs-root", str(xeon_8480c_2s(tmp_path)))
     assert done.returncode == 0, done.stderr
     assert "CPUs present 0-223, online 0-223, offline none" in done.stdout
-    assert "node 0: cpus 0-55,112-167 (56 cores, 2 threads/core), memory 1.0 GiB" in done.stdout
+    assert "node 0: cpus 0-55,112-167 (56 cores, 2 threads/core), memory 1 GiB" in done.stdout
     assert "node 1: cpus 56-111,168-223 (56 cores, 2 threads/core)" in done.stdout
     here = omni("topology", "--window", "0.1")
     assert here.returncode == 0 and "node 0: cpus" in here.stdout and "load mean" in here.stdout
@@ -194,6 +194,7 @@ def test_quiet_and_json_are_for_scripts(tmp_path):
     spec.write_text(yaml.safe_dump({"name": "one", "passes": 1, "arms": [{"name": "a", "engine": "synthetic"}]}))
     quiet = omni("sweep", str(spec), "--results", str(tmp_path / "q"), "--force", "--quiet")
     assert quiet.returncode == 0 and quiet.stdout.strip().startswith("rows in") and "median" not in quiet.stdout
+    assert len(quiet.stdout.strip().splitlines()) == 1 and "INFO" not in quiet.stderr, quiet.stderr[-2000:]
     shown = omni("sweep", str(spec), "--results", str(tmp_path / "j"), "--force", "--json")
     assert shown.returncode == 0, shown.stderr[-2000:]
     record = json.loads(shown.stdout)
