@@ -1,4 +1,10 @@
-"""Shared fixtures: canned sysfs trees, hogs, and a clean run-id namespace."""
+"""Shared by every layer: canned sysfs trees, hogs, a clean run-id namespace,
+``omni`` run as a user runs it, and the marking of each test by its folder.
+
+The layers are folders (tests/unit, harness, engines, stack, numa_vm,
+reliability); each folder's conftest.py marks what it collects with the
+folder's name, so ``-m unit`` or ``pytest tests/unit`` pick the same tests.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +20,26 @@ from omni.reaper import RUN_ID_VAR, find_run_processes, reap_run
 from omni.topology import format_cpulist
 
 REPO = Path(__file__).resolve().parent.parent
+FIXTURES = REPO / "tests" / "fixtures"
+LAYERS = ("unit", "harness", "engines", "stack", "numa_vm", "reliability")
+
+
+def mark_layer(items: list[pytest.Item], conftest: str) -> None:
+    """Mark every collected test under the folder of ``conftest`` (a layer's
+    conftest.py) with the folder's name. pytest hands every conftest's hook all
+    items of the session, so each marks only its own."""
+    folder = Path(conftest).parent
+    for item in items:
+        if item.path.is_relative_to(folder):
+            item.add_marker(folder.name)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test file belongs in exactly one layer folder."""
+    layers = {REPO / "tests" / layer for layer in LAYERS}
+    stray = [i.nodeid for i in items if i.path.is_relative_to(REPO / "tests") and i.path.parent not in layers]
+    if stray:
+        raise pytest.UsageError(f"tests outside a layer folder (tests/{{{','.join(LAYERS)}}}/): {', '.join(stray)}")
 
 
 def make_sysfs(
@@ -94,3 +120,11 @@ def run_env(run_id: str) -> dict[str, str]:
 
 def survivors(run_id: str) -> set[int]:
     return find_run_processes(run_id)
+
+
+OMNI = [sys.executable, "-m", "omni.cli"]
+
+
+def omni(*args: str, cwd: Path = REPO, timeout: float = 300) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "COLUMNS": "200"}
+    return subprocess.run([*OMNI, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)

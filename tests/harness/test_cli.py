@@ -14,14 +14,7 @@ import pytest
 import yaml
 
 from omni.store import load_runs
-from tests.conftest import REPO
-
-OMNI = [sys.executable, "-m", "omni.cli"]
-
-
-def omni(*args: str, cwd: Path = REPO, timeout: float = 300) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "COLUMNS": "200"}
-    return subprocess.run([*OMNI, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+from tests.conftest import REPO, omni
 
 
 @pytest.mark.slow
@@ -62,7 +55,7 @@ def test_topology_of_the_two_socket_fixture_and_of_this_host(tmp_path):
     done = omni("topology", "--sysfs-root", str(xeon_8480c_2s(tmp_path)))
     assert done.returncode == 0, done.stderr
     assert "CPUs present 0-223, online 0-223, offline none" in done.stdout
-    assert "node 0: cpus 0-55,112-167 (56 cores, 2 threads/core), memory 1 GiB" in done.stdout
+    assert "node 0: cpus 0-55,112-167 (56 cores, 2 threads/core), memory 1.0 GiB" in done.stdout
     assert "node 1: cpus 56-111,168-223 (56 cores, 2 threads/core)" in done.stdout
     here = omni("topology", "--window", "0.1")
     assert here.returncode == 0 and "node 0: cpus" in here.stdout and "load mean" in here.stdout

@@ -6,36 +6,17 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 
 from omni.reaper import find_run_processes
 from omni.store import list_temp_files, load_runs
 from omni.sweep import prepare_sweep, run_and_store, write_manifest
+from tests.specs import synthetic, write_spec
 
 pytestmark = pytest.mark.slow
 
 
-def write_spec(tmp_path: Path, arms: list[dict], **sweep) -> Path:
-    # other jobs on a shared CI host must not refuse runs here; test_busy_* sets its own
-    spec = {"name": "t", "passes": 1, "seed": 3, "timeout_s": 60, "busy_threshold_pct": 100, **sweep, "arms": arms}
-    tmp_path.mkdir(parents=True, exist_ok=True)
-    path = tmp_path / "spec.yaml"
-    path.write_text(yaml.safe_dump(spec))
-    return path
-
-
-def synthetic(name: str, **params) -> dict:
-    return {
-        "name": name,
-        "engine": "synthetic",
-        "prompt_len": 16,
-        "max_tokens": 8,
-        "params": {"work_per_token": 2000, **params},
-    }
-
-
 def run_all(tmp_path: Path, arms: list[dict], force: bool = False, **sweep) -> dict[str, dict]:
-    prepared = prepare_sweep(write_spec(tmp_path, arms, **sweep), results=tmp_path / "results", force=force)
+    prepared = prepare_sweep(SweepRequest(spec=write_spec(tmp_path, arms, **sweep), results=tmp_path / "results", force=force))
     rows = {}
     for item in prepared.items:
         rows[item.arm.name] = run_and_store(prepared.context, item)
@@ -122,22 +103,6 @@ def test_without_numactl_affinity_is_set_and_recorded(tmp_path, monkeypatch):
     assert row["cpus_allowed_seen"] == [0] and row["binding_ok"]
 
 
-def test_failure_reason_names_the_root_cause():
-    from omni.runner import failure_reason
-
-    tail = [
-        "(EngineCore) ERROR [core.py] ValueError: No available memory for the cache blocks.",
-        "Traceback (most recent call last):",
-        "RuntimeError: Engine core initialization failed.",
-        "UserWarning: resource_tracker: leaked",
-    ]
-    assert (
-        failure_reason(tail)
-        == "ValueError: No available memory for the cache blocks. ... RuntimeError: Engine core initialization failed."
-    )
-    assert failure_reason(["plain last words"]) == "plain last words"
-
-
 def test_crash_in_teardown_after_the_result_keeps_the_numbers_with_a_warning(tmp_path):
     row = run_all(tmp_path, [synthetic("late", abort_at_exit=True)])["late"]
     assert row["status"] == "ok" and row["exit_code"] == -6
@@ -151,14 +116,14 @@ def test_cores_override_is_recorded_and_kept_on_resume(tmp_path):
 
     spec = write_spec(tmp_path, [synthetic("a"), synthetic("b")])
     results = tmp_path / "results"
-    prepared = prepare_sweep(spec, results=results, slots_override=SlotOverride(("0",)))
+    prepared = prepare_sweep(SweepRequest(spec=spec, results=results, cores=("0",)))
     write_manifest(prepared)
     row = run_and_store(prepared.context, prepared.items[0])  # then "crash": one run left
     assert row["slots_override"] == "--cores 0" and row["cpus"] == [0] and row["straddle"] is False
-    resumed = prepare_sweep(None, results=results, resume=prepared.sweep_id)
+    resumed = prepare_sweep(SweepRequest(results=results, resume=prepared.sweep_id))
     assert [i.slot.cpus for i in resumed.items] == [(0,)] and resumed.context.slots_override == SlotOverride(("0",))
     with pytest.raises(OmniError, match="started on --cores 0; resume it without --node 0"):
-        prepare_sweep(None, results=results, resume=prepared.sweep_id, slots_override=SlotOverride(node=0))
+        prepare_sweep(SweepRequest(results=results, resume=prepared.sweep_id, node=0))
 
 
 def test_memory_policy_and_locality_are_recorded_and_a_reset_policy_is_invalid(tmp_path):

@@ -5,42 +5,18 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
-from concurrent.futures import Future
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from omni.schedule import claim_run, dispatch, hold_cpus
+from omni.schedule import claim_run, hold_cpus
 from omni.sweep import prepare_sweep, run_sweep_items
 from omni.topology import Slot, format_cpulist
-from tests.conftest import xeon_8480c_2s
-from tests.harness.test_cli import omni
-from tests.harness.test_harness import synthetic, write_spec
+from tests.conftest import omni, xeon_8480c_2s
+from tests.specs import synthetic, write_spec
 
 SLOTS = [Slot(0, 0, (0, 1), (0,)), Slot(1, 1, (2, 3), (1,))]
-
-
-def test_dispatch_starts_in_plan_order_and_never_doubles_a_slot(tmp_path):
-    prepared = prepare_sweep(write_spec(tmp_path, [synthetic(f"a{i}") for i in range(3)], passes=2), results=tmp_path)
-    pending: list[Future] = []
-    started, busy = [], set()
-
-    def submit(item):
-        assert item.slot.index not in busy, "a slot got a second run"
-        busy.add(item.slot.index)
-        started.append((item.order_index, item.slot.index))
-        future = Future()
-        future.add_done_callback(lambda _f, s=item.slot.index: busy.discard(s))
-        pending.append(future)
-        if len(pending) == len(SLOTS):  # both slots taken: finish the older run
-            pending.pop(0).set_result({})
-        return future
-
-    placed = dispatch(prepared.items, SLOTS, submit)
-    assert [o for o, _ in started] == [item.order_index for item in prepared.items] == list(range(6))
-    assert [s for _, s in started] == [0, 1, 0, 1, 0, 1]
-    assert [item.slot.index for item, _ in placed] == [0, 1, 0, 1, 0, 1]
 
 
 @pytest.mark.slow
@@ -50,7 +26,7 @@ def test_two_fixture_slots_run_at_once_one_run_each(tmp_path):
     root = xeon_8480c_2s(tmp_path / "sysfs")
     arms = [synthetic(f"a{i}", load_s=1.0, mem_mb=8) for i in range(4)]
     spec = write_spec(tmp_path, arms, slots={"cores": 28, "count": 2})
-    prepared = prepare_sweep(spec, results=tmp_path / "results", sysfs_root=root)
+    prepared = prepare_sweep(SweepRequest(spec=spec, results=tmp_path / "results", sysfs_root=root))
     rows = pd.DataFrame(run_sweep_items(prepared))
     assert (rows["status"] == "ok").all(), rows["error"].tolist()
     assert sorted(rows["slot_index"]) == [0, 0, 1, 1]

@@ -104,7 +104,7 @@ def test_run_metrics_keep_each_iterations_token_counts():
 
 
 def test_summary_flags_a_prompt_seed_rerun_that_differs_beyond_min_effect(tmp_path):
-    from tests.unit.test_summary import store_sweep
+    from tests.rows import store_sweep
 
     store_sweep(
         tmp_path,
@@ -193,7 +193,7 @@ def test_a_short_iteration_is_stored_and_makes_the_run_invalid(tmp_path):
     }
     arms = [{**base, "name": "full"}, {**base, "name": "short", "params": {**base["params"], "short_iteration": 2}}]
     results = tmp_path / "results"
-    prepared = prepare_sweep(write_spec(tmp_path, arms), results=results, force=True)
+    prepared = prepare_sweep(SweepRequest(spec=write_spec(tmp_path, arms), results=results, force=True))
     rows = {row["arm"]: row for row in run_sweep_items(prepared)}
     assert rows["full"]["status"] == "ok" and rows["full"]["tokens_mismatch_iterations"] == 0
     short = rows["short"]
@@ -225,9 +225,7 @@ def test_synthetic_audit_reruns_seed_within_noise_and_a_cache_is_flagged(tmp_pat
     arms = [{**base, "name": "cached", "params": {**base["params"], "prefix_cache": 0.9}}]
     matrix = [{"name": "seed{prompt_seed}", "base": base, "axes": {"prompt_seed": [0, 1]}}]
     results = tmp_path / "results"
-    prepared = prepare_sweep(
-        write_spec(tmp_path, arms, passes=3, baseline="seed0", matrix=matrix), results=results, force=True
-    )
+    prepared = prepare_sweep(SweepRequest(spec=write_spec(tmp_path, arms, passes=3, baseline="seed0", matrix=matrix), results=results, force=True))
     rows = run_sweep_items(prepared)
     assert all(row["status"] == "ok" for row in rows), [row.get("error") for row in rows]
     frame = load_runs(results)
@@ -267,7 +265,7 @@ def test_llamacpp_audit_reruns_with_another_seed_come_out_within_noise(tmp_path)
     faster beyond noise (llama.cpp clears its KV cache each iteration), every
     token counted."""
     results = tmp_path / "results"
-    prepared = prepare_sweep(REPO_ROOT / "arms" / "audit.yaml", results=results, force=True)
+    prepared = prepare_sweep(SweepRequest(spec=REPO_ROOT / "arms" / "audit.yaml", results=results, force=True))
     rows = run_sweep_items(prepared)
     assert all(row["status"] == "ok" for row in rows), [row.get("error") for row in rows]
     frame = load_runs(results)

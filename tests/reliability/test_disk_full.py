@@ -20,7 +20,7 @@ import yaml
 
 from omni.reaper import find_run_processes
 from omni.store import list_temp_files, load_runs
-from tests.harness.test_cli import OMNI, omni
+from tests.conftest import OMNI, omni
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
 

@@ -24,8 +24,7 @@ import yaml
 
 from omni.procfs import read_all
 from omni.store import list_temp_files, load_runs
-from tests.conftest import REPO
-from tests.harness.test_cli import OMNI, omni
+from tests.conftest import OMNI, REPO, omni
 
 # a test starts up to four sweeps (Prefect's ephemeral server each): about 100 s here, three times that on a
 # loaded host (seen beside a vLLM test), past the default 180 s
@@ -216,7 +215,7 @@ def test_two_resumes_of_one_sweep_at_once_run_each_run_once_and_both_exit_0(tmp_
     spec = tmp_path / "twice.yaml"
     spec.write_text(yaml.safe_dump({"name": "twice", "passes": 2, "timeout_s": 60, "control": False, "arms": arms}))
     results = tmp_path / "results"
-    started = prepare_sweep(spec, results=results)  # a sweep that stored nothing yet, as if killed at once
+    started = prepare_sweep(SweepRequest(spec=spec, results=results))  # a sweep that stored nothing yet, as if killed at once
     write_manifest(started)
     planned = sorted(item.run_id for item in started.items)
     env = {**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}

@@ -28,10 +28,9 @@ from omni.reaper import RUN_ID_VAR, find_run_processes
 from omni.schedule import LOCK_DIR_VAR, claim_run
 from omni.store import list_temp_files, load_runs
 from tests.conftest import REPO
-from tests.stack.test_fleet import FAST, Host
-from tests.stack.test_stack import flow_run, prefect, prefect_api, running_stack  # noqa: F401 - fixtures
+from tests.server import FAST, Host, flow_run, prefect, prefect_api, running_stack  # noqa: F401 - fixtures
 
-pytestmark = [pytest.mark.server, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.stack, pytest.mark.timeout(300)]
 HOST = f"pf-{uuid.uuid4().hex[:6]}"
 CPU = 1  # the slot's one CPU (--cores), so its lock file is known
 # an engine of two processes that "loads" for 90 s: only the fault can end its run within SETTLE_S
@@ -188,9 +187,7 @@ def follow_up_run(host: Host, tmp_path: Path, monkeypatch) -> dict:
 
     monkeypatch.setenv(LOCK_DIR_VAR, str(host.base / f"locks-{host.name}"))
     spec = write_spec(tmp_path / "after.yaml", {"name": "quick", "engine": "synthetic", "max_tokens": 4})
-    prepared = prepare_sweep(
-        spec, results=tmp_path / "after", force=True, slots_override=SlotOverride((str(CPU),), None, False)
-    )
+    prepared = prepare_sweep(SweepRequest(spec=spec, results=tmp_path / "after", force=True, cores=(str(CPU),)))
     (row,) = run_sweep_items(prepared)
     return row
 

@@ -22,9 +22,9 @@ import yaml
 from omni.store import load_runs
 from omni.sweep import prepare_sweep, write_manifest
 from tests.conftest import REPO
-from tests.stack.test_stack import flow_run, prefect, prefect_api, running_stack, worker  # noqa: F401 - fixtures
+from tests.server import flow_run, prefect, prefect_api, running_stack, worker  # noqa: F401 - fixtures
 
-pytestmark = [pytest.mark.server, pytest.mark.slow, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.stack, pytest.mark.slow, pytest.mark.timeout(600)]
 
 
 def test_a_deployment_run_racing_a_cli_run_runs_each_run_once_and_both_complete(prefect_api, worker, tmp_path):
@@ -36,7 +36,7 @@ def test_a_deployment_run_racing_a_cli_run_runs_each_run_once_and_both_complete(
         )
     )
     results = tmp_path / "results"
-    started = prepare_sweep(spec, results=results)  # planned, nothing stored: as if killed at once
+    started = prepare_sweep(SweepRequest(spec=spec, results=results))  # planned, nothing stored: as if killed at once
     write_manifest(started)
     planned = sorted(item.run_id for item in started.items)
     local = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}  # the CLI on its ephemeral server

@@ -17,9 +17,8 @@ from omni import columns, store
 from omni.errors import OmniError
 from omni.retract import load_retractions, retract
 from omni.summary import summarize_sweep
-from tests.harness.test_cli import omni
-from tests.unit.test_store import FIXTURES, full_row
-from tests.unit.test_summary import file_digests, store_sweep
+from tests.conftest import FIXTURES, omni
+from tests.rows import file_digests, full_row, store_sweep
 
 
 def test_retracting_a_run_changes_the_summary_and_no_file(tmp_path):

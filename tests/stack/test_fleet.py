@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import time
 import uuid
@@ -25,12 +24,11 @@ from omni.objstore import storage_options
 from omni.provenance import HOST_VAR
 from omni.reaper import find_run_processes
 from tests.conftest import REPO, xeon_8480c_2s
-from tests.stack.test_stack import flow_run, prefect_api, run_deployment, running_stack, worker  # noqa: F401 - fixtures
+from tests.server import FAST, Host, flow_run, run_deployment
 
-pytestmark = [pytest.mark.server, pytest.mark.timeout(600)]
+pytestmark = pytest.mark.timeout(600)
 TAG = uuid.uuid4().hex[:6]
 HOST_A, HOST_B = f"fa-{TAG}", f"fb-{TAG}"
-FAST = {"PREFECT_WORKER_QUERY_SECONDS": "1", "PREFECT_WORKER_PREFETCH_SECONDS": "5"}
 
 
 def omni(url: str, *args: str, timeout: float = 420) -> subprocess.CompletedProcess:
@@ -43,59 +41,6 @@ def omni(url: str, *args: str, timeout: float = 420) -> subprocess.CompletedProc
         text=True,
         timeout=timeout,
     )
-
-
-class Host:
-    """One `omni worker --host NAME` process and everything it started."""
-
-    def __init__(self, url: str, name: str, base: Path, sysfs: Path | None = None) -> None:
-        self.url, self.name, self.base, self.sysfs = url, name, base, sysfs
-        self.log = base / f"{name}.log"
-        self.proc: subprocess.Popen | None = None
-
-    def start(self) -> None:
-        args = ["worker", "--host", self.name, "--lock-dir", str(self.base / f"locks-{self.name}"), "--heartbeat", "2"]
-        args += ["--sysfs-root", str(self.sysfs)] if self.sysfs else []
-        env = {**os.environ, **FAST, "PREFECT_API_URL": self.url}
-        with self.log.open("ab") as sink:
-            self.proc = subprocess.Popen(
-                [str(REPO / ".venv" / "bin" / "omni"), *args],
-                cwd=REPO,
-                env=env,
-                stdout=sink,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        deadline = time.monotonic() + 120
-        while not self.alive():
-            assert self.proc.poll() is None and time.monotonic() < deadline, self.log.read_text()[-3000:]
-            time.sleep(1)
-
-    def alive(self) -> bool:
-        from prefect.client.orchestration import get_client
-        from prefect.settings import PREFECT_API_URL, temporary_settings
-
-        from omni.fleet import read_hosts
-
-        with temporary_settings({PREFECT_API_URL: self.url}), get_client(sync_client=True) as client:
-            state = read_hosts(client).get(self.name)
-        return state is not None and state.online
-
-    def kill(self) -> int:
-        """SIGKILL every process of this host, as if it lost power; how many there were.
-        The worker set OMNI_HOST after it started, so it is found by its pid."""
-        killed = set()
-        for _ in range(5):  # again: a child forked between the scan and the kill
-            pids = (find_run_processes(self.name, var=HOST_VAR) | {self.proc.pid}) - killed
-            for pid in pids:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            killed |= pids
-            time.sleep(0.2)
-        self.proc.wait(10)
-        return len(killed)
 
 
 @pytest.fixture(scope="module")

@@ -17,10 +17,7 @@ from omni import compaction, store
 from omni.errors import OmniError
 from omni.objstore import S3Path, results_root, storage_options
 from tests.conftest import REPO
-from tests.stack.test_stack import running_stack  # noqa: F401 - the fixture
-from tests.unit.test_store import full_row, store_sweep
-
-pytestmark = pytest.mark.server
+from tests.rows import full_row, store_full_rows
 
 
 @pytest.fixture
@@ -37,15 +34,15 @@ def s3_results(running_stack):  # noqa: F811
 
 
 def test_the_store_on_s3_never_rewrites_and_compacts_like_a_directory(s3_results):
-    first = store_sweep(s3_results, "s1", 3)
-    other = store_sweep(s3_results, "s2", 2)
+    first = store_full_rows(s3_results, "s1", 3)
+    other = store_full_rows(s3_results, "s2", 2)
     path = store.run_path(s3_results, "s1", first[0])
     assert isinstance(path, S3Path) and path.is_file()
     with pytest.raises(OmniError, match="never rewritten"):
         store.write_run(s3_results, full_row(first[0], "s1"))
     assert store.stored_run_ids(s3_results, "s1") == set(first)
     assert compaction.compact_sweep(s3_results, "s1") == s3_results / "compacted" / "sweep=s1" / "part-0000.parquet"
-    late = store_sweep(s3_results, "s1", 1, start=3)
+    late = store_full_rows(s3_results, "s1", 1, start=3)
     loaded = store.load_runs(s3_results)
     assert sorted(loaded["run_id"]) == sorted(first + other + late) and loaded["run_id"].is_unique
     assert compaction.compact_sweep(s3_results, "s1").name == "part-0001.parquet"
@@ -65,7 +62,7 @@ def test_the_store_on_s3_never_rewrites_and_compacts_like_a_directory(s3_results
 def test_retractions_and_side_tables_live_on_s3_too(s3_results):
     from omni.retract import load_retractions, retract, retracted_runs
 
-    ids = store_sweep(s3_results, "s1", 2)
+    ids = store_full_rows(s3_results, "s1", 2)
     store.write_iterations(s3_results, full_row(ids[0], "s1"), [{"iteration": 0, "decode_tok_s": 1.0}])
     assert store.load_iterations(s3_results, "s1")["run_id"].tolist() == [ids[0]]
     path = retract(s3_results, ids[1], "the slot was shared")

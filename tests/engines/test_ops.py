@@ -1,0 +1,98 @@
+"""Per-op profiles end to end in the real engines: profiled vLLM runs (an honest int4 head and a
+mislabeled one) and a profiled llama.cpp run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from omni import ops, store
+
+VOCAB, HIDDEN = 32000, 256  # tiny-llama
+
+
+VLLM_INT4 = {
+    "engine": "vllm",
+    "model": "tiny-llama",
+    "compile_mode": "eager",
+    "context_len": 96,
+    "prompt_len": 32,
+    "max_tokens": 4,
+    "batch_size": 2,
+    "kv_cache_bytes": 128 << 20,
+    "quantization": "cpu_int4",
+    "profile": {"steps": 6, "passes": 1},
+}
+
+
+@pytest.mark.engines
+@pytest.mark.timeout(900)
+def test_profiled_vllm_runs_store_ops_and_a_mislabeled_int4_head_is_invalid(tmp_path):
+    """Two profiled runs in the real vLLM env: an honest int4 head passes the
+    bf16-head rule, the same arm with its head left in bf16 behind its back
+    (the test-only fault OMNI_FAULT_INT4_HEAD=bf16) is invalid, with the op."""
+    from omni.schedule import run_concurrently
+    from omni.sweep import prepare_sweep, run_and_store
+    from tests.engines.arms import SIDE_BY_SIDE, write_spec
+
+    arms = [
+        {"name": "int4", **VLLM_INT4},
+        {"name": "int4-mislabeled", **VLLM_INT4, "env": {"OMNI_FAULT_INT4_HEAD": "bf16"}},
+    ]
+    results = tmp_path / "results"
+    prepared = prepare_sweep(SweepRequest(spec=write_spec(tmp_path, arms, **SIDE_BY_SIDE), results=results))
+    profiled = [item for item in prepared.items if item.profiled]  # the two profiled runs, side by side
+    done = run_concurrently(profiled, prepared.slots, lambda item: run_and_store(prepared.context, item))
+    rows = {row["arm"]: row for row in done}
+    honest, lying = rows["int4"], rows["int4-mislabeled"]
+    assert honest["status"] == "ok", honest.get("error")
+    assert honest["profiled"] and honest["profile_steps"] == 6 and honest["profile_overhead"] > 0
+    assert lying["status"] == "invalid" and lying["error"].startswith("bf16 head:"), lying.get("error")
+    # which dense GEMM runs the head depends on the ISA: aten::mm on an AVX2 EPYC, _C::onednn_mm with AMX
+    assert any(f"{op} " in lying["error"] for op in ops.DENSE_GEMM_OPS) and "vocab 32000 x hidden 256" in lying["error"]
+    frame = store.load_ops(results, prepared.items[0].sweep_id)
+    by_arm = {arm: set(group["op"]) for arm, group in frame.groupby("arm")}
+    assert "aten::_weight_int4pack_mm_for_cpu" in by_arm["int4"] and not by_arm["int4"] & ops.DENSE_GEMM_OPS
+    lied = frame[frame["arm"] == "int4-mislabeled"]
+    head = lied[lied["shapes"].str.contains("32000") & lied["op"].isin(ops.DENSE_GEMM_OPS)]
+    gemm_steps = set(lied.loc[lied["op"].isin(ops.DENSE_GEMM_OPS), "step"])
+    assert set(head["step"]) == gemm_steps and len(gemm_steps) >= 4  # every step that ran a GEMM ran the head in bf16
+    assert list(Path(results, "logs").rglob("*.pt.trace.json.gz"))  # the raw trace, kept gzipped
+
+
+@pytest.mark.engines
+@pytest.mark.timeout(300)
+def test_a_profiled_llamacpp_run_times_every_node_and_labels_it_distorting(tmp_path):
+    from omni.sweep import prepare_sweep, run_and_store
+    from tests.engines.arms import write_spec
+
+    arm = {
+        "name": "llama",
+        "engine": "llamacpp",
+        "model": "tiny-llama",
+        "context_len": 96,
+        "prompt_len": 32,
+        "max_tokens": 4,
+        "batch_size": 2,
+        "params": {"gguf": "bf16"},
+        "profile": {"steps": 5, "passes": 1},
+    }
+    results = tmp_path / "results"
+    prepared = prepare_sweep(SweepRequest(spec=write_spec(tmp_path, [arm]), results=results))
+    timed, profiled = (run_and_store(prepared.context, item) for item in prepared.items)
+    for row in (timed, profiled):
+        perf = json.loads(row["engine_perf"]) if isinstance(row["engine_perf"], str) else row["engine_perf"]
+        assert row["status"] == "ok" and perf["t_load_ms"] > 0 and perf["n_p_eval"] > 0  # phase totals, every run
+        assert perf["t_p_eval_ms"] > 0  # timed: llama.cpp's contexts collect no timings unless asked
+    assert not timed["profiled"] and profiled["profiled"] and profiled["profile_steps"] == 5
+    assert profiled["profile_overhead"] > 0
+    frame = store.load_ops(results, prepared.items[0].sweep_id)
+    assert set(frame["run_id"]) == {profiled["run_id"]} and frame["distorting"].all()
+    assert set(frame["method"]) == {ops.GGML_EVAL_CALLBACK} and list(frame.drop_duplicates("step")["step_kind"])[
+        :2
+    ] == ["prefill", "decode"]
+    head = frame[(frame["op"] == "MUL_MAT") & frame["shapes"].str.contains("32000")]
+    assert set(head["step"]) == set(range(5)) and set(head["dtypes"]).pop().startswith("bf16")  # the head, every step
+    assert ops.head_rule({"quantization": None, "engine_params": {}}, frame.to_dict("records"), VOCAB, HIDDEN) is None
