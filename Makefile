@@ -1,5 +1,5 @@
 # The two set-up-and-go commands (see README): both bootstrap what is missing.
-.PHONY: sweep test bootstrap engines bench stack-up stack-down worker numa-vm numa-vm-capture
+.PHONY: sweep test test-fast lint bootstrap engines bench stack-up stack-down worker numa-vm numa-vm-capture
 
 # Prefect's ephemeral server sends no telemetry from CI or tests.
 export PREFECT_SERVER_ANALYTICS_ENABLED ?= false
@@ -16,8 +16,19 @@ engines: bootstrap
 sweep: engines
 	.venv/bin/omni sweep arms/smoke.yaml
 
-test: engines
+# Every layer (tests/unit, harness, engines, stack, numa_vm, reliability), after
+# the format and lint check; what .ci/run runs. The stack tests start the stack
+# unless one is running (.ci/run starts it first).
+test: lint engines
 	.venv/bin/python -m pytest
+
+# The pure and synthetic layers alone: no engine env, no model, no stack.
+test-fast: bootstrap
+	.venv/bin/python -m pytest tests/unit tests/harness
+
+lint: bootstrap
+	.venv/bin/ruff format --check .
+	.venv/bin/ruff check .
 
 # The two-node QEMU guest's tests alone (about 3 min under software emulation);
 # numa-vm-capture refreshes the canned /proc text of tests/fixtures/numa_guest.

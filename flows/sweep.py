@@ -25,6 +25,7 @@ from omni.objstore import results_root
 from omni.plan import SlotOverride
 from omni.reaper import watch_parent
 from omni.report import summary_markdown, write_outputs
+from omni.report_html import html_report
 from omni.runner import RUNS, PlanItem, RunContext
 from omni.schedule import dispatch
 from omni.summary import summarize_sweep
@@ -126,7 +127,7 @@ def publish_artifacts(sweep_id: str, results: str, outcomes: list[dict], failed:
         text += [failure_summary(failed, len(outcomes)), ""]
     try:
         summary = summarize_sweep(results, sweep_id)
-        paths = write_outputs(results, summary, sweep_history(results, summary))
+        paths = write_outputs(results, summary, html_report(summary, sweep_history(results, summary)))
     except (OmniError, OSError) as error:  # nothing stored, a full disk: say so, the flow's state says the rest
         create_markdown_artifact("\n".join(text + [disk_full(error) or str(error)]), key=f"summary-{key}")
         return

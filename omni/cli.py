@@ -417,11 +417,12 @@ def summary(
     (always every metric: --metric focuses what is printed)."""
     from omni.compare import sweep_history
     from omni.report import summary_markdown, write_outputs
+    from omni.report_html import html_report
     from omni.summary import focus, summarize_sweep
 
     result = summarize_sweep(results, sweep_id, include_retracted)
     out.print(summary_markdown(focus(result, metric)), markup=False, highlight=False, soft_wrap=True)
-    paths = write_outputs(results, result, sweep_history(results, result, include_retracted))
+    paths = write_outputs(results, result, html_report(result, sweep_history(results, result, include_retracted)))
     out.print(f"written: {paths['md']}, {paths['json']}, {paths['html']}", highlight=False, soft_wrap=True)
 
 

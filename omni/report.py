@@ -1,5 +1,6 @@
-"""Summaries as text: Markdown (CLI, Prefect artifacts, results/summaries/),
-JSON, and the self-contained HTML report (drawn in :mod:`omni.report_html`).
+"""Summaries as text: Markdown (CLI, Prefect artifacts, results/summaries/)
+and JSON, and the verdict wording and colours the HTML report
+(:mod:`omni.report_html`) shares with them.
 """
 
 from __future__ import annotations
@@ -16,13 +17,15 @@ from omni.summary import Judged, SweepSummary, untrusted
 VERDICT_COLORS = {"better": "#1a7f37", "worse": "#cf222e", "equivalent": "#57606a", "inconclusive": "#bf8700"}
 
 
-def _num(value: float | None) -> str:
+def format_number(value: float | None) -> str:
+    """Four significant digits; ``-`` for a missing value."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
     return f"{value:.4g}"
 
 
-def _verdict_text(judged: Judged) -> str:
+def verdict_text(judged: Judged) -> str:
+    """A verdict as one line: the verdict, ratio and interval, or why there is none."""
     if judged.refused:
         return judged.refused
     c = judged.comparison
@@ -58,17 +61,17 @@ def summary_markdown(summary: SweepSummary) -> str:
     for arm in summary.arms:
         for metric in summary.metrics:
             cell = summary.cells[(arm, metric)]
-            ci = f"[{_num(cell.ci_low)}, {_num(cell.ci_high)}]" if cell.ci_low is not None else "-"
+            ci = f"[{format_number(cell.ci_low)}, {format_number(cell.ci_high)}]" if cell.ci_low is not None else "-"
             cv = f"{cell.cv:.1%}" if cell.cv is not None else "-"
-            verdict = "baseline" if arm == summary.baseline else _verdict_text(summary.judged[(arm, metric)])
+            verdict = "baseline" if arm == summary.baseline else verdict_text(summary.judged[(arm, metric)])
             if arm not in (summary.baseline, summary.control) and untrusted(summary, arm, metric):
                 verdict += " (untrustworthy: see the control)"
             if arm in summary.void:
                 verdict = f"VOID ({summary.void[arm].split(':')[1].strip()}): {verdict}"
             outliers = f" ({len(cell.outliers)} outlier(s))" if cell.outliers else ""
             lines.append(
-                f"| {arm} | {metric} | {cell.n}{outliers} | {_num(cell.median)} | {_num(cell.mad)} | {cv} "
-                f"| {ci} | {_num(cell.min)} | {_num(cell.max)} | {verdict} |"
+                f"| {arm} | {metric} | {cell.n}{outliers} | {format_number(cell.median)} | {format_number(cell.mad)} | {cv} "
+                f"| {ci} | {format_number(cell.min)} | {format_number(cell.max)} | {verdict} |"
             )
     if summary.control and not summary.hosts:  # a replicated sweep's control is judged per host, below
         judged = [
@@ -134,7 +137,7 @@ def verdicts_markdown(summary: SweepSummary, metrics: tuple[str, ...] = HEADLINE
         if arm == summary.baseline:
             continue
         cells = [
-            _verdict_text(summary.judged[(arm, m)]) + (" (untrustworthy)" if untrusted(summary, arm, m) else "")
+            verdict_text(summary.judged[(arm, m)]) + (" (untrustworthy)" if untrusted(summary, arm, m) else "")
             for m in shown
         ]
         lines.append(f"| {arm} | " + " | ".join(cells) + " |")
@@ -164,7 +167,7 @@ def comparison_markdown(result: SweepComparison) -> str:
     for (arm, metric), judged in result.judged.items():
         c = judged.comparison
         n_before, n_after = (c.n_base, c.n_other) if c else ("-", "-")
-        lines.append(f"| {arm} | {metric} | {n_before} | {n_after} | {_verdict_text(judged)} |")
+        lines.append(f"| {arm} | {metric} | {n_before} | {n_after} | {verdict_text(judged)} |")
     drifts = sorted(
         {
             (j.comparison.drift, result.drift_sources.get(key, "default"))
@@ -245,19 +248,9 @@ def as_json(summary: SweepSummary) -> dict:
     }
 
 
-# --- HTML (omni.report_html: matplotlib is imported only to draw it) ---
-
-
-def html_report(summary: SweepSummary, history: dict | None = None) -> str:
-    from omni.report_html import html_report as draw
-
-    return draw(summary, history)
-
-
-def write_outputs(
-    results: str | Path | ResultsPath, summary: SweepSummary, history: dict | None = None
-) -> dict[str, ResultsPath]:
-    """results/summaries/<sweep>.{md,json,html}: derived views, regenerated on demand."""
+def write_outputs(results: str | Path | ResultsPath, summary: SweepSummary, page: str) -> dict[str, ResultsPath]:
+    """results/summaries/<sweep>.{md,json,html}: derived views, regenerated on
+    demand; ``page`` is the HTML report (:func:`omni.report_html.html_report`)."""
     folder = results_root(results) / "summaries"
     folder.mkdir(parents=True, exist_ok=True)
     paths = {
@@ -267,5 +260,5 @@ def write_outputs(
     }
     paths["md"].write_text(summary_markdown(summary))
     paths["json"].write_text(json.dumps(as_json(summary), indent=1, default=str) + "\n")
-    paths["html"].write_text(html_report(summary, history))
+    paths["html"].write_text(page)
     return paths

@@ -15,7 +15,7 @@ import io
 import json
 
 from omni.columns import COLUMNS_BY_NAME
-from omni.report import VERDICT_COLORS, _num, _verdict_text, as_json
+from omni.report import VERDICT_COLORS, as_json, format_number, verdict_text
 from omni.summary import SweepSummary
 
 WIDTH_IN = 8.5  # inches at 96 dpi: about 820 px, the page's column
@@ -173,10 +173,10 @@ def results_table(summary: SweepSummary) -> str:
     for arm in summary.arms:
         for metric in summary.metrics:
             cell = summary.cells[(arm, metric)]
-            verdict = "baseline" if arm == summary.baseline else _verdict_text(summary.judged[(arm, metric)])
+            verdict = "baseline" if arm == summary.baseline else verdict_text(summary.judged[(arm, metric)])
             if metric in summary.untrusted and arm not in (summary.baseline, summary.control):
                 verdict += " (untrustworthy)"
-            ci = f"[{_num(cell.ci_low)}, {_num(cell.ci_high)}]" if cell.ci_low is not None else "-"
+            ci = f"[{format_number(cell.ci_low)}, {format_number(cell.ci_high)}]" if cell.ci_low is not None else "-"
             cv = f"{cell.cv:.1%}" if cell.cv is not None else "-"
             link = f'<a href="#metric-{html.escape(metric)}">{html.escape(metric)}</a>'
             cells = [
@@ -184,12 +184,12 @@ def results_table(summary: SweepSummary) -> str:
                 link,
                 html.escape(COLUMNS_BY_NAME[metric].unit or ""),
                 str(cell.n),
-                _num(cell.median),
-                _num(cell.mad),
+                format_number(cell.median),
+                format_number(cell.mad),
                 cv,
                 ci,
-                _num(cell.min),
-                _num(cell.max),
+                format_number(cell.min),
+                format_number(cell.max),
                 html.escape(verdict),
             ]
             rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")

@@ -15,7 +15,8 @@ import yaml
 from PIL import Image
 
 from omni.compare import compare_sweeps, nightly_changes, sweep_history
-from omni.report import VERDICT_COLORS, comparison_markdown, html_report, summary_markdown
+from omni.report import VERDICT_COLORS, comparison_markdown, summary_markdown
+from omni.report_html import html_report
 from omni.summary import summarize_sweep
 from tests.conftest import omni
 from tests.harness.test_cli import omni
