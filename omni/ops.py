@@ -208,18 +208,6 @@ def head_rule(arm: Mapping[str, Any], records: Sequence[Mapping], vocab: int, hi
     )
 
 
-def model_head_shape(model_path: str | None) -> tuple[int, int] | None:
-    """(vocab, hidden) from a Hugging Face checkpoint's config.json."""
-    if not model_path:
-        return None
-    config = Path(model_path) / "config.json"
-    try:
-        data = json.loads(config.read_text())
-        return int(data["vocab_size"]), int(data["hidden_size"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-
-
 # --- per run and per arm ---
 
 
