@@ -54,14 +54,15 @@ class Sweep(SpecModel):
     @field_validator("min_effect")
     @classmethod
     def _min_effect(cls, value: float | dict[str, float] | None) -> float | dict[str, float] | None:
-        from omni.columns import COLUMNS_BY_NAME  # the metrics a verdict is given for
+        from omni.columns import metric_columns  # the metrics a verdict is given for
 
         for key, effect in ({"default": value} if isinstance(value, (int, float)) else value or {}).items():
             if not 0 < effect < 1:
                 raise problem(f"{key}: {effect} is not a relative effect; give e.g. 0.05 for 5 %")
-            if key != "default" and (key not in COLUMNS_BY_NAME or not COLUMNS_BY_NAME[key].better):
-                metrics = sorted(c.name for c in COLUMNS_BY_NAME.values() if c.better)
-                raise problem(f"{key!r} is no judged metric; use default or one of {', '.join(metrics)}")
+            if key != "default" and key not in metric_columns():
+                raise problem(
+                    f"{key!r} is no judged metric; use default or one of {', '.join(sorted(metric_columns()))}"
+                )
         return value
 
     @property
