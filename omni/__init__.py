@@ -75,5 +75,5 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         ),
     ),
     ("flows", ("flows",)),
-    ("cli", ("omni.cli", "omni.render")),
+    ("cli", ("omni.cli", "omni.options", "omni.render")),
 )

@@ -14,6 +14,21 @@ from rich.console import Console
 from omni import render
 from omni.errors import OmniError, causes, disk_full
 from omni.objstore import results_root
+from omni.options import (
+    METRIC_OPT,
+    RESULTS_OPT,
+    RETRACTED_OPT,
+    SWEEP_ID_ARG,
+    directory_to_make,
+    host_name,
+    run_or_file,
+    stored_id,
+    stored_ids,
+    sweep_name,
+    sysfs_option,
+    usage_line,
+    words,
+)
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="NUMA-pinned benchmark sweeps of CPU LLM inference.")
 out = Console()
@@ -57,13 +72,9 @@ def infrastructure_problem(error: BaseException) -> str | None:
     return None
 
 
-# a directory, or s3://bucket/prefix on an object store (omni.objstore)
-RESULTS_OPT = typer.Option("results", help="results: a directory or s3://BUCKET/PREFIX")
-
-
 @app.command()
 def validate(
-    spec: Path = typer.Argument(..., help="sweep spec, YAML or JSON"),
+    spec: Path = typer.Argument(..., exists=True, dir_okay=False, help="sweep spec, YAML or JSON"),
     as_json: bool = typer.Option(False, "--json", help="the settings and resolved arms as one JSON object"),
 ) -> None:
     """Validate SPEC and print its settings and every arm it expands to, with
@@ -326,8 +337,8 @@ def run_sweep_flow(
 
 @app.command()
 def topology(
-    sysfs_root: Path = typer.Option(Path("/"), help="read sysfs under this root (a fixture of another host)"),
-    window: float = typer.Option(0.5, min=0.05, help="seconds over which current load is measured"),
+    sysfs_root: Path = sysfs_option("read sysfs under this root (a fixture of another host)"),
+    window: float = typer.Option(0.5, min=0.05, max=60, help="seconds over which current load is measured"),
 ) -> None:
     """NUMA nodes, their CPUs, SMT siblings, memory, offline CPUs and current load."""
     from omni.placement import cpu_load
@@ -348,14 +359,15 @@ def serve() -> None:
 
 @app.command()
 def worker(
-    host: str = typer.Option(..., "--host", help="this host's name in the fleet, e.g. spr-1 (lower-case, digits, _ -)"),
+    host: str = typer.Option(..., "--host", callback=host_name, help="this host's name in the fleet, e.g. spr-1"),
     lock_dir: Path | None = typer.Option(
-        None, "--lock-dir", help="CPU lock directory (default $OMNI_LOCK_DIR or /tmp/omni-locks)"
+        None,
+        "--lock-dir",
+        callback=directory_to_make,
+        help="CPU lock directory (default $OMNI_LOCK_DIR or /tmp/omni-locks)",
     ),
-    sysfs_root: Path = typer.Option(
-        Path("/"), help="plan on this sysfs fixture's topology (placement recorded, not applied)"
-    ),
-    heartbeat: int = typer.Option(10, "--heartbeat", min=1, help="seconds between heartbeats; 3 missed: offline"),
+    sysfs_root: Path = sysfs_option("plan on this sysfs fixture's topology (placement recorded, not applied)"),
+    heartbeat: int = typer.Option(10, min=1, max=3600, help="seconds between heartbeats; 3 missed: offline"),
 ) -> None:
     """Serve this host in the fleet: publish its facts, then run a Prefect process
     worker on pool omni polling work queue host-HOST (needs PREFECT_API_URL)."""
@@ -386,7 +398,7 @@ def hosts(as_json: bool = typer.Option(False, "--json", help="one JSON object pe
 
 @app.command()
 def table(
-    sweep_id: str = typer.Argument(..., help="sweep id (the sweep=… folder name)"),
+    sweep_id: str = SWEEP_ID_ARG,
     results: str = RESULTS_OPT,
 ) -> None:
     """Print the per-arm table (n, median, min, max) of a stored sweep."""
@@ -399,15 +411,9 @@ def table(
     print_arm_table(sweep_id, results)
 
 
-RETRACTED_OPT = typer.Option(False, "--include-retracted", help="keep retracted runs in")
-METRIC_OPT = typer.Option(
-    None, "--metric", help="only this metric (repeatable), e.g. decode_tok_s; default: every judged one"
-)
-
-
 @app.command()
 def summary(
-    sweep_id: str = typer.Argument(..., help="sweep id (the sweep=… folder name)"),
+    sweep_id: str = SWEEP_ID_ARG,
     results: str = RESULTS_OPT,
     include_retracted: bool = RETRACTED_OPT,
     metric: list[str] | None = METRIC_OPT,
@@ -428,10 +434,10 @@ def summary(
 
 @app.command()
 def ops(
-    sweep_id: str = typer.Argument(..., help="sweep id (the sweep=… folder name)"),
+    sweep_id: str = SWEEP_ID_ARG,
     results: str = RESULTS_OPT,
     arm: list[str] | None = typer.Option(None, "--arm", help="only this arm (repeatable)"),
-    top: int = typer.Option(20, min=1, help="ops shown per arm, heaviest first"),
+    top: int = typer.Option(20, min=1, max=10**6, help="ops shown per arm, heaviest first"),
     steps: str = typer.Option("decode", help="which engine steps: decode, prefill, mixed or all"),
     against: str | None = typer.Option(None, help="judge each arm's ops against this arm's (default: the baseline)"),
     min_effect: float = typer.Option(0.05, min=0.001, max=0.99, help="smallest per-op change that matters"),
@@ -461,8 +467,8 @@ def ops(
 
 @app.command()
 def compare(
-    before: str = typer.Argument(..., help="sweep id of the reference"),
-    after: str = typer.Argument(..., help="sweep id compared with it, arm by arm (same names)"),
+    before: str = typer.Argument(..., callback=stored_id, help="sweep id of the reference"),
+    after: str = typer.Argument(..., callback=stored_id, help="sweep id compared with it, arm by arm (same names)"),
     results: str = RESULTS_OPT,
     include_retracted: bool = RETRACTED_OPT,
     metric: list[str] | None = METRIC_OPT,
@@ -481,10 +487,12 @@ def compare(
 
 @app.command()
 def regressions(
-    sweep_name: str = typer.Argument(..., help="spec name shared by the repeated sweeps, e.g. nightly"),
+    sweep_name: str = typer.Argument(
+        ..., callback=sweep_name, help="spec name shared by the repeated sweeps, e.g. nightly"
+    ),
     results: str = RESULTS_OPT,
-    window: int = typer.Option(10, min=2, help="earlier sweeps each one is compared with"),
-    min_history: int = typer.Option(3, min=1, help="earlier sweeps needed before a sweep is judged"),
+    window: int = typer.Option(10, min=2, max=10**6, help="earlier sweeps each one is compared with"),
+    min_history: int = typer.Option(3, min=1, max=10**6, help="earlier sweeps needed before a sweep is judged"),
     include_retracted: bool = RETRACTED_OPT,
 ) -> None:
     """Regressions and improvements of repeated sweeps of one spec: each
@@ -501,12 +509,16 @@ def regressions(
 
 @app.command()
 def calibrate(
-    spec: Path = typer.Argument(Path("arms/calibrate-synthetic.yaml"), help="the spec whose workloads to calibrate"),
-    passes: int | None = typer.Option(None, min=3, help="override the spec's passes"),
-    sweeps: int = typer.Option(2, min=1, help="sweeps to run: 2 or more also measure the drift between sweeps"),
+    spec: Path = typer.Argument(
+        Path("arms/calibrate-synthetic.yaml"), exists=True, dir_okay=False, help="the spec whose workloads to calibrate"
+    ),
+    passes: int | None = typer.Option(None, min=3, max=1000, help="override the spec's passes"),
+    sweeps: int = typer.Option(
+        2, min=1, max=100, help="sweeps to run: 2 or more also measure the drift between sweeps"
+    ),
     results: str = RESULTS_OPT,
     from_sweep: list[str] | None = typer.Option(
-        None, "--from", help="measure these stored sweeps (repeatable), run nothing"
+        None, "--from", callback=stored_ids, help="measure these stored sweeps (repeatable), run nothing"
     ),
     force: bool = typer.Option(False, "--force", help="run even when the slot's cores are busy (recorded)"),
 ) -> None:
@@ -527,7 +539,9 @@ def calibrate(
 
 @app.command()
 def compact(
-    sweep_ids: list[str] | None = typer.Argument(None, help="sweeps to compact; none: every sweep"),
+    sweep_ids: list[str] | None = typer.Argument(
+        None, callback=stored_ids, help="sweeps to compact; none: every sweep"
+    ),
     results: str = RESULTS_OPT,
 ) -> None:
     """Copy finished sweeps' rows into one file per sweep (results/compacted/),
@@ -553,9 +567,11 @@ def compact(
 
 @app.command()
 def retract(
-    target: str = typer.Argument(..., help="a run id, a sweep id, or a run file under results/"),
-    reason: str = typer.Option(..., "--reason", help="what is wrong with it"),
-    superseded_by: str | None = typer.Option(None, "--superseded-by", help="run, sweep or file that replaces it"),
+    target: str = typer.Argument(..., callback=run_or_file, help="a run id, a sweep id, or a run file under results/"),
+    reason: str = typer.Option(..., "--reason", callback=words, help="what is wrong with it"),
+    superseded_by: str | None = typer.Option(
+        None, "--superseded-by", callback=run_or_file, help="run, sweep or file that replaces it"
+    ),
     results: str = RESULTS_OPT,
 ) -> None:
     """Withdraw a result with a reason; nothing is deleted or rewritten."""
@@ -576,7 +592,7 @@ def retract(
 
 @app.command()
 def provenance(
-    target: str = typer.Argument(..., help="a run id or a run file"),
+    target: str = typer.Argument(..., callback=run_or_file, help="a run id or a run file"),
     results: str = RESULTS_OPT,
 ) -> None:
     """Where a run's numbers come from: versions, commits, host, ISA, placement, spec."""
@@ -708,7 +724,9 @@ def env_build(name: str = typer.Argument(..., help="env name, see omni env list"
 @models_app.command("make")
 def models_make(
     preset: str = typer.Argument(..., help="shape preset, e.g. tiny-llama"),
-    out_dir: Path | None = typer.Option(None, "--out", help="directory (default models/PRESET)"),
+    out_dir: Path | None = typer.Option(
+        None, "--out", callback=directory_to_make, help="directory (default models/PRESET)"
+    ),
 ) -> None:
     """Write the preset's HF directory and GGUF files; print their digests."""
     from omni.models import PRESETS
@@ -723,24 +741,23 @@ def models_make(
 
 def main() -> None:
     try:
-        code = app(standalone_mode=False)
+        code = app(prog_name="omni", standalone_mode=False)
         # without standalone mode click returns a typer.Exit's code instead of exiting with it
         if isinstance(code, int) and code:
             sys.exit(code)
     except OmniError as error:
-        err.print(f"error: {error}", markup=False, highlight=False)
+        show(f"error: {error}", err)
         sys.exit(EXIT_USER_ERROR)
     except typer.Exit as exit_:
         sys.exit(exit_.exit_code)
     except typer.Abort:
         err.print("aborted")
         sys.exit(130)
-    except Exception as error:  # click usage errors arrive here in non-standalone mode
-        import click
-
-        if isinstance(error, click.ClickException):
-            error.show()
-            sys.exit(EXIT_USER_ERROR)
+    except typer.TyperException as error:  # click's usage errors (typer's own click), not raised in standalone mode
+        if type(error).__name__ != "NoArgsIsHelpError":  # that one printed the help already
+            show(f"error: {usage_line(error)}", err)
+        sys.exit(EXIT_USER_ERROR)
+    except Exception as error:
         problem = infrastructure_problem(error)
         if problem is None or DEBUG["traceback"]:
             raise
