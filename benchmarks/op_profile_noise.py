@@ -26,6 +26,7 @@ from pathlib import Path
 import yaml
 
 from omni.ops import op_lines
+from omni.request import SweepRequest
 from omni.store import load_runs
 from omni.store import profiled as is_profiled
 from omni.summary import sweep_ops
@@ -74,7 +75,7 @@ def main() -> None:
             }
         )
     )
-    prepared = prepare_sweep(spec, results=results)
+    prepared = prepare_sweep(SweepRequest(spec=spec, results=results))
     for item in prepared.items:
         row = run_and_store(prepared.context, item)
         print(

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import yaml
 
+from omni.request import SweepRequest
 from omni.sweep import prepare_sweep, run_and_store
 from omni.vllm_plugin.patch import RETAINING_MALLOC
 
@@ -40,7 +41,7 @@ def sweep(work: Path, name: str, arms: list[dict], passes: int) -> list[dict]:
     spec = work / f"{name}.yaml"
     data = {"name": name, "passes": passes, "seed": 11, "timeout_s": 900, "arms": arms}
     spec.write_text(yaml.safe_dump(json.loads(json.dumps(data))))  # no shared objects: no YAML anchors
-    prepared = prepare_sweep(spec, results=work / "results", force=True)
+    prepared = prepare_sweep(SweepRequest(spec=spec, results=work / "results", force=True))
     rows = []
     for item in prepared.items:
         row = run_and_store(prepared.context, item)

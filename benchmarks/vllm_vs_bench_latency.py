@@ -27,6 +27,7 @@ from pathlib import Path
 import yaml
 
 from omni.placement import numactl_path, pin_argv
+from omni.request import SweepRequest
 from omni.store import load_iterations
 from omni.sweep import REPO_ROOT, prepare_sweep, run_and_store
 from omni.topology import allocate_slots, format_cpulist, read_topology
@@ -106,7 +107,7 @@ def main() -> None:
     parser.add_argument("--passes", type=int, default=3)
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="omni-bench-"))
-    prepared = prepare_sweep(omni_arm_spec(work, args.passes), results=work / "results", force=True)
+    prepared = prepare_sweep(SweepRequest(spec=omni_arm_spec(work, args.passes), results=work / "results", force=True))
     res = prepared.context.resources["omni-vllm"]
     slot = allocate_slots(read_topology())[0]
     bench, omni = [], []

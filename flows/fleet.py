@@ -22,8 +22,9 @@ from prefect.states import Completed, Crashed, Failed
 from omni.errors import OmniError
 from omni.fleet import SHARD_DEPLOYMENT, SYSFS_VAR, HostState, queue_name, read_hosts
 from omni.provenance import HOST_VAR
+from omni.request import SweepRequest
 from omni.store import load_runs
-from omni.sweep import SKIPPED, PreparedSweep, Shard, prepare_sweep
+from omni.sweep import OUTCOME_KEYS, SKIPPED, PreparedSweep, Shard, item_outcome, prepare_sweep, row_outcome
 
 POLL_S = 2.0
 # a part may take this long past its runs' own timeouts (worker start, flow-run start, storing)
@@ -31,21 +32,14 @@ SLACK_S = 600.0
 
 
 @flow(name="sweep-shard", log_prints=False)
-def sweep_shard(
-    sweep_id: str,
-    results: str,
-    host: str,
-    run_ids: list[str],
-    plan_host: str | None = None,
-    force: bool = False,
-    busy_wait: float | None = None,
-):
-    """Run ``run_ids`` of fleet sweep ``sweep_id`` on this host's slots and store
-    their rows; the host is the worker's (``omni worker --host``), and must be
-    ``host``. Runs already stored are skipped, so a part sent twice runs once."""
+def sweep_shard(request: SweepRequest, host: str, run_ids: list[str], plan_host: str | None = None):
+    """Run ``run_ids`` of the fleet sweep ``request`` resumes on this host's slots
+    and store their rows; the host is the worker's (``omni worker --host``), and
+    must be ``host``. Runs already stored are skipped, so a part sent twice runs once."""
     from flows.sweep import failure_summary, run_items, watch_worker
 
     watch_worker()
+    sweep_id = request.resume
     serving = os.environ.get(HOST_VAR)
     if serving != host:
         raise OmniError(
@@ -53,15 +47,8 @@ def sweep_shard(
             f"{'host ' + serving if serving else 'no host (it is not omni worker --host)'}: only omni worker "
             f"--host {host} may poll work queue {queue_name(host)}"
         )
-    prepared = prepare_sweep(
-        None,
-        resume=sweep_id,
-        results=results,
-        force=force,
-        sysfs_root=os.environ.get(SYSFS_VAR, "/"),
-        busy_wait=busy_wait,
-        shard=Shard(plan_host or host, tuple(run_ids)),
-    )
+    here = SweepRequest(**{**request.flow_parameters(), "sysfs_root": os.environ.get(SYSFS_VAR, "/")})
+    prepared = prepare_sweep(here, shard=Shard(plan_host or host, tuple(run_ids)))
     log = get_run_logger()
     log.info(
         "host %s: %d of %d run(s) of sweep %s to go on %s",
@@ -78,9 +65,7 @@ def sweep_shard(
     return Completed(message=f"host {host}: {len(outcomes)} run(s) ok")
 
 
-def run_fleet(
-    prepared: PreparedSweep, results: str, force: bool, busy_wait: float | None
-) -> tuple[list[dict], list[str]]:
+def run_fleet(prepared: PreparedSweep) -> tuple[list[dict], list[str]]:
     """Send every part to its host, wait for all of them; each run's outcome
     (from the stored rows) and one line per part that did not end Completed."""
     from prefect.deployments import run_deployment
@@ -88,17 +73,15 @@ def run_fleet(
     log = get_run_logger()
     me = flow_run.get_id() or "local"
     launched = []
+    part = prepared.request.fleet_part(prepared.sweep_id).flow_parameters()
     for shard in prepared.fleet["shards"]:
         run = run_deployment(
             SHARD_DEPLOYMENT,
             parameters={
-                "sweep_id": prepared.sweep_id,
-                "results": str(results),
+                "request": part,
                 "host": shard["host"],
                 "run_ids": shard["run_ids"],
                 "plan_host": shard["plan_host"],
-                "force": force,
-                "busy_wait": busy_wait,
             },
             work_queue_name=queue_name(shard["host"]),
             # a retried coordinator finds the part it already sent instead of sending it again
@@ -112,7 +95,7 @@ def run_fleet(
         prepared.context.timeout_s + prepared.context.busy_wait_s
     )
     ended = wait_for_parts(launched, budget)
-    return outcomes_of(prepared, results, launched, ended)
+    return outcomes_of(prepared, launched, ended)
 
 
 def wait_for_parts(launched: list[tuple[dict, object]], budget_s: float) -> dict[object, tuple[str, str]]:
@@ -151,12 +134,12 @@ def wait_for_parts(launched: list[tuple[dict, object]], budget_s: float) -> dict
 
 
 def outcomes_of(
-    prepared: PreparedSweep, results: str, launched: list[tuple[dict, object]], ended: dict[object, tuple[str, str]]
+    prepared: PreparedSweep, launched: list[tuple[dict, object]], ended: dict[object, tuple[str, str]]
 ) -> tuple[list[dict], list[str]]:
     """Every sent run's outcome as its stored row says; a run with no row is
     ``not stored``, with why its part ended."""
-    columns = ["run_id", "arm", "pass_index", "slot_index", "status", "error", "host"]
-    rows = load_runs(results, sweep_id=prepared.sweep_id, columns=columns).astype(object)
+    columns = [*OUTCOME_KEYS, "host"]
+    rows = load_runs(prepared.request.results, sweep_id=prepared.sweep_id, columns=columns).astype(object)
     stored = {r["run_id"]: {k: (None if pd.isna(v) else v) for k, v in r.items()} for r in rows.to_dict("records")}
     items = {item.run_id: item for item in prepared.items}
     outcomes, lines = [], []
@@ -170,30 +153,11 @@ def outcomes_of(
                 f"exactly those once the host is back (or --replace-host {shard['host']}=OTHER)"
             )
         for rid in shard["run_ids"]:
-            if rid in stored:
-                row = stored[rid]
-                outcomes.append(
-                    {
-                        "run_id": rid,
-                        "arm": row["arm"],
-                        "pass_index": int(row["pass_index"]),
-                        "slot_index": None if row["slot_index"] is None else int(row["slot_index"]),
-                        "status": row["status"],
-                        "error": row["error"],
-                        "host": row["host"],
-                    }
-                )
-            else:
-                item = items[rid]
-                outcomes.append(
-                    {
-                        "run_id": rid,
-                        "arm": item.arm.name,
-                        "pass_index": item.pass_index,
-                        "slot_index": None,
-                        "status": "not stored",
-                        "host": shard["host"],
-                        "error": f"host {shard['host']}: {message or kind}",
-                    }
-                )
+            row = stored.get(rid)
+            if row is None:  # placed by its host, which did not store it: no slot to report
+                why = f"host {shard['host']}: {message or kind}"
+                outcomes.append(item_outcome(items[rid], "not stored", why, slot_index=None, host=shard["host"]))
+                continue
+            slot = None if row["slot_index"] is None else int(row["slot_index"])
+            outcomes.append(row_outcome(row, pass_index=int(row["pass_index"]), slot_index=slot, host=row["host"]))
     return outcomes, lines

@@ -20,27 +20,23 @@ from prefect.states import Completed, Failed
 from omni.compaction import CONSOLIDATE_AT, compact_sweep, consolidate
 from omni.compare import Change, nightly_changes, sweep_history
 from omni.errors import OmniError, disk_full
-from omni.fleet import parse_replacements
 from omni.objstore import results_root
-from omni.plan import SlotOverride
 from omni.reaper import watch_parent
 from omni.report import summary_markdown, write_outputs
 from omni.report_html import html_report
+from omni.request import SweepRequest, request_parameters
 from omni.runner import RUNS, PlanItem, RunContext
 from omni.schedule import dispatch
 from omni.summary import summarize_sweep
 from omni.sweep import (
     SKIPPED,
-    format_table,
     item_outcome,
     prepare_sweep,
+    row_outcome,
     run_and_store,
-    sweep_table,
     take_over,
     write_manifest,
 )
-
-OUTCOME_KEYS = ("run_id", "arm", "pass_index", "slot_index", "status", "error")
 
 
 @task(name="run-arm", cache_policy=NONE, task_run_name="{item.arm.name}-pass{item.pass_index}-slot{item.slot.index}")
@@ -55,7 +51,7 @@ def run_arm_task(context: RunContext, item: PlanItem) -> dict:
         log.warning("%s: %s", message, row.get("error"))
     else:
         log.info("%s, decode %.1f tok/s", message, row.get("decode_tok_s") or float("nan"))
-    return {k: row.get(k) for k in OUTCOME_KEYS}
+    return row_outcome(row)
 
 
 def _outcome(future, item: PlanItem) -> dict:
@@ -206,52 +202,21 @@ def publish_regressions(sweep_id: str, regressions: list[Change]) -> None:
     create_table_artifact(rows, key=f"regressions-{key}", description=f"regressions of {sweep_id}")
 
 
-@flow(name="sweep", log_prints=False)
-def sweep(
-    spec: str | None = None,
-    passes: int | None = None,
-    results: str = "results",
-    force: bool = False,
-    sweep_id: str | None = None,
-    resume: str | None = None,
-    sysfs_root: str = "/",
-    cores: list[str] | None = None,
-    node: int | None = None,
-    straddle: bool = False,
-    fail_on_regression: bool = False,
-    busy_wait: float | None = None,
-    force_hosts: bool = False,
-    replace_hosts: list[str] | None = None,
-):
+@flow(name="sweep", log_prints=False, validate_parameters=False)  # SweepRequest validates them
+@request_parameters
+def sweep(request: SweepRequest):
     """Load the spec, plan it, run every (arm, pass) on the free slots, tabulate.
 
-    ``resume`` (a sweep id) runs only that sweep's runs that are not stored yet.
-    ``sysfs_root`` other than ``/`` plans slots on a fixture host's topology
-    (placement recorded, not applied). ``cores`` (CPU lists, one slot each) or
-    ``node`` override the spec's slots, as ``omni sweep --cores/--node`` do.
-    ``fail_on_regression`` (the nightly deployment sets it) ends the flow run
-    Failed when this sweep regressed against the earlier sweeps of its spec.
-    ``busy_wait`` (seconds) replaces the spec's ``busy_wait_s``: how long a run
-    waits for busy slot CPUs before it is refused. A spec with ``hosts:``
-    sends each host its part as a ``sweep-shard`` flow run (flows/fleet.py);
-    ``force_hosts`` splits over hosts that differ, ``replace_hosts``
-    (``OLD=NEW``) resumes a host's missing runs on another.
+    The parameters are :class:`omni.request.SweepRequest`'s fields, as
+    ``omni sweep``'s options: a resume runs only that sweep's runs not stored
+    yet; a sysfs root other than ``/`` plans slots on a fixture host's
+    topology (placement recorded, not applied); ``fail_on_regression`` (the
+    nightly deployment sets it) ends the flow run Failed when this sweep
+    regressed against the earlier sweeps of its spec. A spec with ``hosts:``
+    sends each host its part as a ``sweep-shard`` flow run (flows/fleet.py).
     """
     watch_worker()
-    override = SlotOverride(tuple(cores or ()), node, straddle)
-    prepared = take_over(sweep_id, force=force, results=results, busy_wait=busy_wait) or prepare_sweep(
-        spec,
-        passes=passes,
-        results=results,
-        force=force,
-        sweep_id=sweep_id,
-        resume=resume,
-        sysfs_root=sysfs_root,
-        slots_override=override or None,
-        busy_wait=busy_wait,
-        force_hosts=force_hosts,
-        replace_hosts=parse_replacements(replace_hosts),
-    )
+    prepared = take_over(request) or prepare_sweep(request)
     log = get_run_logger()
     write_manifest(prepared)
     where = (
@@ -260,26 +225,24 @@ def sweep(
         else f"{len(prepared.slots)} slot(s): " + "; ".join(s.describe() for s in prepared.slots)
     )
     log.info("sweep %s: %d of %d run(s) to go on %s", prepared.sweep_id, len(prepared.items), prepared.planned, where)
+    results = request.results
     if prepared.fleet:
         from flows.fleet import run_fleet
 
-        outcomes, lost = run_fleet(prepared, results, force, busy_wait)
+        outcomes, lost = run_fleet(prepared)
     else:
         outcomes, lost = run_items(prepared), []
     failed = [o for o in outcomes if o["status"] not in ("ok", SKIPPED)]
     compact(results, prepared.sweep_id)
-    table = format_table(sweep_table(results, prepared.sweep_id))
-    # the per-arm table is in the artifacts and results/summaries; omni sweep prints it once
     log.info("sweep %s: %d run(s), %d not ok", prepared.sweep_id, len(outcomes), len(failed))
     publish_artifacts(prepared.sweep_id, results, outcomes, failed)
     regressions = (
-        newest_regressions(results, prepared.loaded.sweep.name, prepared.sweep_id) if fail_on_regression else []
+        newest_regressions(results, prepared.loaded.sweep.name, prepared.sweep_id) if request.fail_on_regression else []
     )
     summary = {
         "sweep_id": prepared.sweep_id,
         "runs": outcomes,
         "failed": failed,
-        "table": table,
         "regressions": [asdict(c) for c in regressions],
         "lost": lost,
     }

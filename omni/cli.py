@@ -145,7 +145,7 @@ def print_verdicts(sweep_id: str, results: str) -> None:
 @app.command()
 def sweep(
     spec: Path | None = typer.Argument(None, help="sweep spec, YAML or JSON (optional with --resume)"),
-    passes: int | None = typer.Option(None, min=1, help="override the spec's passes"),
+    passes: int | None = typer.Option(None, help="override the spec's passes"),
     results: str = RESULTS_OPT,
     resume: str | None = typer.Option(None, help="SWEEP_ID: run only that sweep's runs not stored yet"),
     dry_run: bool = typer.Option(False, "--dry-run", help="print the plan (commands, placements) and run nothing"),
@@ -156,12 +156,11 @@ def sweep(
     cores: list[str] | None = typer.Option(
         None, "--cores", help="CPU list of one slot, e.g. 56-79 (repeat for more slots): replaces the spec's slots"
     ),
-    node: int | None = typer.Option(None, "--node", min=0, help="put the spec's slots on this NUMA node"),
+    node: int | None = typer.Option(None, "--node", help="put the spec's slots on this NUMA node"),
     straddle: bool = typer.Option(False, "--straddle", help="allow a --cores list across nodes (memory bound to all)"),
     busy_wait: float | None = typer.Option(
         None,
         "--busy-wait",
-        min=0,
         help="seconds a run waits for busy slot cores before it is refused (spec: busy_wait_s)",
     ),
     quiet: bool = typer.Option(False, "--quiet", help="no live progress and no tables: the rows' path and failures"),
@@ -176,27 +175,27 @@ def sweep(
     """Run a sweep locally (Prefect ephemeral mode, no server needed): live
     progress per slot, then the per-arm table and the verdicts against the baseline.
     A spec with hosts: runs on those fleet hosts through PREFECT_API_URL's server."""
-    from omni.plan import SlotOverride
+    from omni.request import SweepRequest
     from omni.sweep import hand_over, prepare_sweep
 
-    override = SlotOverride(tuple(cores or ()), node, straddle)
-    if straddle and not override:
-        raise OmniError("--straddle applies to --cores or --node: give one of them, or set slots.straddle in the spec")
-    from omni.fleet import parse_replacements
-
-    prepared = prepare_sweep(
-        spec,
+    request = SweepRequest(
+        spec=spec,
         passes=passes,
         results=results,
-        force=force,
         resume=resume,
+        dry_run=dry_run,
+        force=force,
         sysfs_root=sysfs_root,
-        build=not dry_run,
-        slots_override=override or None,
+        cores=cores,
+        node=node,
+        straddle=straddle,
         busy_wait=busy_wait,
+        quiet=quiet,
+        as_json=as_json,
         force_hosts=force_hosts,
-        replace_hosts=parse_replacements(replace_host),
+        replace_hosts=replace_host,
     )
+    prepared = prepare_sweep(request)
     if dry_run:
         print_fleet_plan(prepared) if prepared.fleet else print_plan(prepared, results)
         return
@@ -218,21 +217,7 @@ def sweep(
 
     hand_over(prepared)  # the flow, in this process, runs it as prepared
     with session_guard():
-        run_sweep_flow(
-            sweep_flow,
-            prepared,
-            spec,
-            resume,
-            passes,
-            results,
-            force,
-            sysfs_root,
-            override,
-            busy_wait,
-            mode="json" if as_json else "quiet" if quiet else "live",
-            force_hosts=force_hosts,
-            replace_hosts=replace_host,
-        )
+        run_sweep_flow(sweep_flow, prepared)
 
 
 def print_fleet_plan(prepared) -> None:
@@ -268,44 +253,18 @@ def session_guard():
     return Watchdog(os.environ[SESSION_VAR], var=SESSION_VAR)
 
 
-def run_sweep_flow(
-    sweep_flow,
-    prepared,
-    spec,
-    resume,
-    passes,
-    results: str,
-    force: bool,
-    sysfs_root: Path,
-    override,
-    busy_wait=None,
-    mode: str = "live",
-    force_hosts: bool = False,
-    replace_hosts: list[str] | None = None,
-) -> None:
-    """The flow on the prepared sweep, then what ``mode`` shows: live (progress,
-    the per-arm table once, the verdicts), quiet (the rows' path and
-    failures) or json (one object on stdout)."""
+def run_sweep_flow(sweep_flow, prepared) -> None:
+    """The flow on the prepared sweep, then what its request asks to see:
+    live (progress, the per-arm table once, the verdicts), quiet (the rows'
+    path and failures) or json (one object on stdout)."""
+    request = prepared.request
+    results = request.results
+    mode = "json" if request.as_json else "quiet" if request.quiet else "live"
     # a fleet's runs are on its hosts: their progress is in each host's flow run
     summary = with_progress(
         prepared,
         mode == "live" and not prepared.fleet,
-        lambda: call_flow(
-            sweep_flow,
-            spec=str(spec) if spec else None,
-            passes=passes,
-            results=str(results),
-            force=force,
-            sweep_id=prepared.sweep_id,
-            resume=resume,
-            sysfs_root=str(sysfs_root),
-            cores=list(override.cores) or None,
-            node=override.node,
-            straddle=override.straddle,
-            busy_wait=busy_wait,
-            force_hosts=force_hosts,
-            replace_hosts=replace_hosts or None,
-        ),
+        lambda: call_flow(sweep_flow, **request.flow_parameters()),
     )
     rows = results_root(results) / "runs" / f"sweep={summary['sweep_id']}"
     if mode == "json":
@@ -612,9 +571,10 @@ def provenance(
 
 def run_local_sweep(spec: Path, passes, results: str, force: bool) -> str:
     """Run a spec through the flow as `omni sweep` does; its sweep id."""
+    from omni.request import SweepRequest
     from omni.sweep import hand_over, prepare_sweep
 
-    prepared = prepare_sweep(spec, passes=passes, results=results, force=force)
+    prepared = prepare_sweep(SweepRequest(spec=spec, passes=passes, results=results, force=force))
     hand_over(prepared)
     prefect_defaults()
     from flows.sweep import sweep as sweep_flow
@@ -623,9 +583,7 @@ def run_local_sweep(spec: Path, passes, results: str, force: bool) -> str:
         summary = with_progress(
             prepared,
             True,
-            lambda: call_flow(
-                sweep_flow, spec=str(spec), passes=passes, results=str(results), force=force, sweep_id=prepared.sweep_id
-            ),
+            lambda: call_flow(sweep_flow, **prepared.request.flow_parameters()),
         )
     if summary["failed"]:
         err.print(

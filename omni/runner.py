@@ -85,7 +85,8 @@ class RunContext:
     # Placement planned from another host's sysfs (a fixture): recorded, not
     # applied, since this host lacks those CPUs; no busy check, no binding check.
     simulate_placement: bool = False
-    slots_override: SlotOverride | None = None  # --cores/--node, recorded in every row
+    slots_override: SlotOverride | None = None  # --cores/--node
+    recorded: dict = field(default_factory=dict)  # the request's fields every row records (SweepRequest.recorded)
 
 
 def engine_arm_payload(item: PlanItem, res: ArmResources, workdir: Path) -> dict:
@@ -377,7 +378,7 @@ def base_row(ctx: RunContext, item: PlanItem) -> dict:
         "cpus": list(item.slot.cpus),
         "membind": list(item.slot.mems),
         "straddle": len(item.slot.mems) > 1,
-        "slots_override": ctx.slots_override.describe() if ctx.slots_override else None,
+        **ctx.recorded,
         "warnings": [],
         "warning_rules": [],
     }

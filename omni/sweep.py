@@ -18,7 +18,8 @@ from omni.objstore import ResultsPath, S3Path, local_copy, results_root, write_t
 from omni.plan import SlotOverride, new_sweep_id, plan_sweep, sweep_slots
 from omni.progress import BOARD
 from omni.provenance import collect_host_provenance
-from omni.resources import resolve_all
+from omni.request import SweepRequest
+from omni.resources import ArmResources, resolve_all
 from omni.runner import SIDE_KEYS, PlanItem, RunContext, run_arm
 from omni.schedule import claim_run, hold_cpus, run_concurrently
 from omni.spec import LoadedSpec, load_spec
@@ -42,6 +43,7 @@ class PreparedSweep:
     slots: list[Slot]
     passes: int
     planned: int  # runs in the whole plan
+    request: SweepRequest  # as the flow is asked for it (its sweep id set): what hand-over compares
     # a fleet sweep's coordinator (spec hosts:): no slots here, each shard runs
     # on its host; {"mode", "hosts", "runs": {plan host: run ids}, "shards": [...]}
     fleet: dict | None = None
@@ -90,6 +92,7 @@ def write_manifest(prepared: PreparedSweep) -> Path:
         "seed": prepared.loaded.sweep.seed,
         "slots": [s.describe() for s in prepared.slots],
         "slots_override": _override_fields(prepared.context.slots_override),
+        "request": prepared.request.flow_parameters(),
         "run_ids": [item.run_id for item in prepared.items],
         **(
             {"fleet": {k: prepared.fleet[k] for k in ("mode", "hosts", "runs", "force_hosts")}}
@@ -106,152 +109,108 @@ def _override_fields(override: SlotOverride | None) -> dict | None:
     return {"cores": list(override.cores), "node": override.node, "straddle": override.straddle} if override else None
 
 
-def _resume_override(manifest: dict, given: SlotOverride | None) -> SlotOverride | None:
-    """A resumed sweep runs on the slots it started with: --cores/--node given
-    again must match them (or be left out)."""
-    fields = manifest.get("slots_override")
-    kept = SlotOverride(tuple(fields["cores"]), fields["node"], fields["straddle"]) if fields else None
-    if given and given != kept:
-        started = kept.describe() if kept else "the spec's slots"
-        raise OmniError(
-            f"sweep {manifest['sweep_id']} started on {started}; resume it without {given.describe()} "
-            "(it keeps its slots) or start a new sweep"
-        )
-    return kept
-
-
-def _resume_source(results: ResultsPath, resume: str, spec: str | Path | None) -> tuple[Path, int]:
-    """The spec copy and passes a sweep started with; a spec given too must match."""
-    manifest = read_manifest(results, resume)
-    if spec is not None:
-        given = load_spec(spec)
+def _spec_copy(results: ResultsPath, request: SweepRequest, manifest: dict) -> Path:
+    """The spec copy a sweep started with; a spec given too must match it."""
+    if request.spec is not None:
+        given = load_spec(request.spec)
         if given.sha256 != manifest["spec_sha256"]:
             raise OmniError(
-                f"{spec} has changed since sweep {resume} started (sha256 {given.sha256[:12]} vs "
+                f"{request.spec} has changed since sweep {request.resume} started (sha256 {given.sha256[:12]} vs "
                 f"{manifest['spec_sha256'][:12]}): resuming would mix two configurations. "
                 "Resume without the spec argument (the sweep's own copy is used) or start a new sweep"
             )
-    return local_copy(results, manifest_dir(results, resume) / manifest["spec_copy"]), manifest["passes"]
+    return local_copy(results, manifest_dir(results, request.resume) / manifest["spec_copy"])
 
 
-def prepare_sweep(
-    spec: str | Path | None,
-    *,
-    passes: int | None = None,
-    results: str | Path = "results",
-    force: bool = False,
-    sweep_id: str | None = None,
-    resume: str | None = None,
-    sysfs_root: str | Path = "/",
-    build: bool = True,
-    slots_override: SlotOverride | None = None,
-    busy_wait: float | None = None,
-    shard: Shard | None = None,
-    force_hosts: bool = False,
-    replace_hosts: dict[str, str] | None = None,
-) -> PreparedSweep:
+def run_context(
+    request: SweepRequest,
+    loaded: LoadedSpec,
+    results: ResultsPath,
+    provenance: dict,
+    resources: dict[str, ArmResources] | None = None,
+) -> RunContext:
+    """What every run of the sweep shares: the spec's limits, the request's overrides."""
+    return RunContext(
+        results_dir=results,
+        timeout_s=loaded.sweep.timeout_s,
+        busy_threshold_pct=loaded.sweep.busy_threshold_pct,
+        busy_wait_s=loaded.sweep.busy_wait_s if request.busy_wait is None else request.busy_wait,
+        force=request.force,
+        provenance=provenance,
+        repo_root=REPO_ROOT,
+        resources=resources or {},
+        simulate_placement=request.simulated,
+        slots_override=request.slots_override,
+        recorded=request.recorded(),
+    )
+
+
+def prepare_sweep(request: SweepRequest, *, shard: Shard | None = None) -> PreparedSweep:
     """Load and validate everything a sweep needs before anything runs.
 
-    ``resume`` (a sweep id) replans that sweep from the spec copy and passes it
-    started with and keeps only the runs not stored yet. ``build`` makes missing
-    engine envs and models (minutes, once); a dry run passes False and shows
-    where they would be. A ``sysfs_root`` other than ``/`` plans placement on
-    that (fixture) host's topology and does not apply it. ``slots_override``
-    (``--cores``/``--node``) replaces the spec's slot request. ``busy_wait``
-    (``--busy-wait``, seconds) replaces the spec's ``busy_wait_s``.
+    ``request.resume`` (a sweep id) replans that sweep from the spec copy,
+    passes and slots it started with and keeps only the runs not stored yet.
+    Missing engine envs and models are built (minutes, once) unless it is a
+    dry run, which shows where they would be. A ``sysfs_root`` other than
+    ``/`` plans placement on that (fixture) host's topology and does not apply it.
 
     A spec with ``hosts:`` prepares the fleet's coordinator (which hosts, which
-    runs each; ``force_hosts`` splits over hosts that differ, ``replace_hosts``
-    sends a host's missing runs to another on resume) unless ``shard`` says this
-    is one host's part, which is prepared here like a sweep of its own.
+    runs each) unless ``shard`` says this is one host's part, which is
+    prepared here like a sweep of its own.
     """
-    results = results_root(results)
+    results = results_root(request.results)
     if isinstance(results, S3Path):
         results.require_bucket()  # before anything runs: a typo must not file results elsewhere
-    if resume:
-        if passes is not None:
-            raise OmniError(f"--passes cannot change on resume: sweep {resume} keeps the passes it started with")
-        if sweep_id not in (None, resume):
-            raise OmniError(f"resume {resume!r} and sweep_id {sweep_id!r} differ; give one of them")
-        spec, passes = _resume_source(results, resume, spec)
-        slots_override = _resume_override(read_manifest(results, resume), slots_override)
-        sweep_id = resume
-    elif spec is None:
-        raise OmniError("give a sweep spec (e.g. arms/smoke.yaml), or --resume SWEEP_ID")
-    loaded = load_spec(spec)
-    passes = passes or loaded.sweep.passes
-    sweep_id = sweep_id or new_sweep_id(loaded.sweep.name)
+    asked = request
+    if request.resume:
+        manifest = read_manifest(results, request.resume)
+        request = request.resumed(manifest, _spec_copy(results, request, manifest))
+    loaded = load_spec(request.spec)
+    passes = request.passes or loaded.sweep.passes
+    sweep_id = request.sweep_id or new_sweep_id(loaded.sweep.name)
+    asked = asked.with_sweep_id(sweep_id)
     if loaded.sweep.hosts is not None and shard is None:
-        if slots_override or Path(sysfs_root).resolve() != Path("/"):
+        if request.slots_override or request.simulated:
             raise OmniError(
                 f"{loaded.path} names hosts: each host plans its own slots from the spec's slots: "
                 "(and its worker's --sysfs-root); --cores, --node and --sysfs-root are for one host"
             )
-        return prepare_fleet(
-            loaded,
-            sweep_id,
-            passes,
-            results,
-            resume=resume,
-            force=force,
-            busy_wait=busy_wait,
-            force_hosts=force_hosts,
-            replace_hosts=replace_hosts or {},
-        )
-    if shard is None and (force_hosts or replace_hosts):
+        return prepare_fleet(loaded, request, asked, passes, results)
+    if shard is None and (request.force_hosts or request.replace_hosts):
         raise OmniError(f"--force-hosts and --replace-host are for fleet sweeps; {loaded.path} names no hosts:")
-    slots_override = slots_override or None
-    slots = sweep_slots(loaded, sysfs_root, slots_override)
+    slots = sweep_slots(loaded, request.sysfs_root, request.slots_override)
     replicated = shard is not None and loaded.sweep.hosts.mode == "replicate"
     items = plan_sweep(loaded, sweep_id, slots, passes, host=shard.plan_host if replicated else None)
     if shard is not None:
-        asked = set(shard.run_ids)
-        foreign = asked - {item.run_id for item in items}
+        asked_ids = set(shard.run_ids)
+        foreign = asked_ids - {item.run_id for item in items}
         if foreign:
             raise OmniError(
                 f"{len(foreign)} run id(s) sent to this host are not in sweep {sweep_id}'s plan for "
                 f"host {shard.plan_host} (e.g. {sorted(foreign)[0]}): this host's omni plans differently "
                 f"(its commit: {collect_host_provenance().get('harness_git_sha')}); run one omni on every host"
             )
-        items = [item for item in items if item.run_id in asked]
+        items = [item for item in items if item.run_id in asked_ids]
     planned = len(items)
-    if resume:
+    if request.resume:
         stored = stored_run_ids(results, sweep_id)
         left = [item for item in items if item.run_id not in stored]
         # plan_sweep predicted slots for the whole plan; predict again for what is left
         items = [replace(item, slot=slots[i % len(slots)]) for i, item in enumerate(left)]
-    provenance = collect_host_provenance(root=sysfs_root)
+    provenance = collect_host_provenance(root=request.sysfs_root)
     provenance.update(spec_path=str(loaded.path), spec_sha256=loaded.sha256)
-    context = RunContext(
-        results_dir=results,
-        timeout_s=loaded.sweep.timeout_s,
-        busy_threshold_pct=loaded.sweep.busy_threshold_pct,
-        busy_wait_s=loaded.sweep.busy_wait_s if busy_wait is None else busy_wait,
-        force=force,
-        provenance=provenance,
-        repo_root=REPO_ROOT,
-        resources=resolve_all(REPO_ROOT, list(loaded.sweep.arms), build=build),
-        simulate_placement=Path(sysfs_root).resolve() != Path("/"),
-        slots_override=slots_override,
-    )
-    return PreparedSweep(loaded, sweep_id, context, items, slots, passes, planned)
+    resources = resolve_all(REPO_ROOT, list(loaded.sweep.arms), build=not request.dry_run)
+    context = run_context(request, loaded, results, provenance, resources)
+    return PreparedSweep(loaded, sweep_id, context, items, slots, passes, planned, asked)
 
 
 def prepare_fleet(
-    loaded: LoadedSpec,
-    sweep_id: str,
-    passes: int,
-    results: ResultsPath,
-    *,
-    resume: str | None,
-    force: bool,
-    busy_wait: float | None,
-    force_hosts: bool,
-    replace_hosts: dict[str, str],
+    loaded: LoadedSpec, request: SweepRequest, asked: SweepRequest, passes: int, results: ResultsPath
 ) -> PreparedSweep:
     """A fleet sweep's coordinator: the hosts (alive; identical for split), each
     one's run ids, and the shards to send: every host's whole part, or on
-    resume each host's missing runs (to its replacement, if one is given).
+    resume each host's missing runs (to its replacement, if one is given:
+    ``request.replacements``; ``force_hosts`` splits over hosts that differ).
     Nothing is built or placed here: each host does that for its part."""
     from prefect.client.orchestration import get_client
 
@@ -259,6 +218,8 @@ def prepare_fleet(
 
     fleet.require_server()
     spec_hosts = loaded.sweep.hosts
+    sweep_id, resume, force_hosts = asked.sweep_id, request.resume, request.force_hosts
+    replace_hosts = request.replacements
     with get_client(sync_client=True) as client:
         states = fleet.read_hosts(client)
     if resume:
@@ -271,8 +232,6 @@ def prepare_fleet(
             raise OmniError(f"--replace-host {', '.join(unknown)}: sweep {resume} ran on {', '.join(hosts)} only")
         force_hosts = force_hosts or started.get("force_hosts", False)
     else:
-        if replace_hosts:
-            raise OmniError("--replace-host is for --resume: a new sweep names its hosts in hosts:")
         mode = spec_hosts.mode
         hosts = fleet.choose_hosts(spec_hosts.names, mode, states, force_hosts)
         runs = fleet.assign(loaded, sweep_id, passes, hosts, mode)
@@ -304,23 +263,14 @@ def prepare_fleet(
             kept = [h for h in hosts if h not in replace_hosts] + list(replace_hosts.values())
             fleet.check_identical({h: (states[h].facts or {}) for h in dict.fromkeys(kept) if h in states}, force_hosts)
     # the plan's items (for labels and the manifest): a placeholder slot, each host places its own
-    from omni.plan import plan_sweep
-
     by_id = {}
     for host in hosts:
         planned_for = plan_sweep(loaded, sweep_id, [fleet.NO_SLOT], passes, host=host if mode == "replicate" else None)
         by_id.update({item.run_id: item for item in planned_for})
     every = [by_id[r] for ids in runs.values() for r in ids]
     todo = {r for s in shards for r in s["run_ids"]}
-    context = RunContext(
-        results_dir=results,
-        timeout_s=loaded.sweep.timeout_s,
-        busy_threshold_pct=loaded.sweep.busy_threshold_pct,
-        busy_wait_s=loaded.sweep.busy_wait_s if busy_wait is None else busy_wait,
-        force=force,
-        provenance={"spec_path": str(loaded.path), "spec_sha256": loaded.sha256},
-        repo_root=REPO_ROOT,
-    )
+    provenance = {"spec_path": str(loaded.path), "spec_sha256": loaded.sha256}
+    context = run_context(request, loaded, results, provenance)
     info = {
         "mode": mode,
         "hosts": hosts,
@@ -329,9 +279,8 @@ def prepare_fleet(
         "force_hosts": force_hosts,
         "facts": {h: states[h].facts for h in hosts if h in states},
     }
-    return PreparedSweep(
-        loaded, sweep_id, context, [i for i in every if i.run_id in todo], [], passes, len(every), info
-    )
+    items = [i for i in every if i.run_id in todo]
+    return PreparedSweep(loaded, sweep_id, context, items, [], passes, len(every), asked, info)
 
 
 # Sweeps prepared in this process, waiting for the flow that runs them: the
@@ -345,35 +294,25 @@ def hand_over(prepared: PreparedSweep) -> None:
     _HANDED_OVER[prepared.sweep_id] = prepared
 
 
-def take_over(sweep_id: str | None, **asked) -> PreparedSweep | None:
-    """The sweep handed over under ``sweep_id`` when it was prepared with what
-    the flow is asked now (force, results, busy wait); else None."""
-    prepared = _HANDED_OVER.pop(sweep_id, None) if sweep_id else None
-    if prepared is None:
-        return None
-    have = {
-        "force": prepared.context.force,
-        "results": prepared.context.results_dir,
-        "busy_wait": prepared.context.busy_wait_s,
-    }
-    want = {
-        "force": asked["force"],
-        "results": results_root(asked["results"]),
-        "busy_wait": prepared.context.busy_wait_s if asked["busy_wait"] is None else asked["busy_wait"],
-    }
-    return prepared if have == want else None
+def take_over(request: SweepRequest) -> PreparedSweep | None:
+    """The sweep handed over under the request's sweep id when it was prepared
+    from the same request as the flow is given now; else None."""
+    prepared = _HANDED_OVER.pop(request.sweep_id, None) if request.sweep_id else None
+    return prepared if prepared is not None and prepared.request.same_sweep(request) else None
 
 
-def item_outcome(item: PlanItem, status: str, error: str) -> dict:
+OUTCOME_KEYS = ("run_id", "arm", "pass_index", "slot_index", "status", "error")
+
+
+def row_outcome(row: dict, **more) -> dict:
+    """What a flow reports of a run: its identity, status and error (from its row)."""
+    return {key: row.get(key) for key in OUTCOME_KEYS} | more
+
+
+def item_outcome(item: PlanItem, status: str, error: str, **more) -> dict:
     """The outcome of a run that has no row of its own (skipped, or not stored)."""
-    return {
-        "run_id": item.run_id,
-        "arm": item.arm.name,
-        "pass_index": item.pass_index,
-        "slot_index": item.slot.index,
-        "status": status,
-        "error": error,
-    }
+    fields = {"run_id": item.run_id, "arm": item.arm.name, "pass_index": item.pass_index}
+    return row_outcome({**fields, "slot_index": item.slot.index, "status": status, "error": error}, **more)
 
 
 def run_and_store(context: RunContext, item: PlanItem, extra: dict | None = None) -> dict:
@@ -422,14 +361,3 @@ def sweep_table(results: str | Path, sweep_id: str) -> ArmTable:
     frame = load_runs(results, sweep_id=sweep_id).sort_values("order_index")
     frame = frame[~is_profiled(frame)]  # the timed runs: profiled ones are for omni ops
     return describe_arms(frame.to_dict("records"), TABLE_METRICS)
-
-
-def format_table(table: ArmTable) -> str:
-    """A plain-text per-arm table: n, median, min, max per metric."""
-    lines = [f"{'arm':<20} {'metric':<20} {'n':>3}/{'runs':<4} {'median':>12} {'min':>12} {'max':>12}"]
-    for arm in table.arms:
-        for metric in table.metrics:
-            cell = table.cells[(arm, metric)]
-            nums = [f"{v:12.3f}" if v is not None else f"{'-':>12}" for v in (cell.median, cell.min, cell.max)]
-            lines.append(f"{arm:<20} {metric:<20} {cell.n:>3}/{table.runs[arm]:<4} {' '.join(nums)}")
-    return "\n".join(lines)

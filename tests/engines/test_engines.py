@@ -15,6 +15,7 @@ import pytest
 
 from omni.envs import EnvSpec, build_env
 from omni.errors import OmniError
+from omni.request import SweepRequest
 from omni.store import load_runs
 from omni.sweep import REPO_ROOT, prepare_sweep, run_and_store
 from omni.vllm_plugin.names import PATCHES

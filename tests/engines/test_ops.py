@@ -33,6 +33,7 @@ def test_profiled_vllm_runs_store_ops_and_a_mislabeled_int4_head_is_invalid(tmp_
     """Two profiled runs in the real vLLM env: an honest int4 head passes the
     bf16-head rule, the same arm with its head left in bf16 behind its back
     (the test-only fault OMNI_FAULT_INT4_HEAD=bf16) is invalid, with the op."""
+    from omni.request import SweepRequest
     from omni.schedule import run_concurrently
     from omni.sweep import prepare_sweep, run_and_store
     from tests.engines.arms import SIDE_BY_SIDE, write_spec
@@ -65,6 +66,7 @@ def test_profiled_vllm_runs_store_ops_and_a_mislabeled_int4_head_is_invalid(tmp_
 @pytest.mark.engines
 @pytest.mark.timeout(300)
 def test_a_profiled_llamacpp_run_times_every_node_and_labels_it_distorting(tmp_path):
+    from omni.request import SweepRequest
     from omni.sweep import prepare_sweep, run_and_store
     from tests.engines.arms import write_spec
 

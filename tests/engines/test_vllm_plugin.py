@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from omni.request import SweepRequest
 from omni.store import load_runs
 from omni.sweep import prepare_sweep, run_and_store, run_sweep_items
 from omni.vllm_plugin import names
@@ -53,7 +54,9 @@ def run_arms(tmp_path, arms: list[dict]) -> dict[str, dict]:
 
 
 def run_arms_side_by_side(tmp_path, arms: list[dict]) -> dict[str, dict]:
-    prepared = prepare_sweep(SweepRequest(spec=write_spec(tmp_path, arms, **SIDE_BY_SIDE), results=tmp_path / "results"))
+    prepared = prepare_sweep(
+        SweepRequest(spec=write_spec(tmp_path, arms, **SIDE_BY_SIDE), results=tmp_path / "results")
+    )
     return {row["arm"]: row for row in run_sweep_items(prepared)}
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from omni.reaper import find_run_processes
+from omni.request import SweepRequest
 from omni.store import list_temp_files, load_runs
 from omni.sweep import prepare_sweep, run_and_store, write_manifest
 from tests.specs import synthetic, write_spec
@@ -16,7 +17,9 @@ pytestmark = pytest.mark.slow
 
 
 def run_all(tmp_path: Path, arms: list[dict], force: bool = False, **sweep) -> dict[str, dict]:
-    prepared = prepare_sweep(SweepRequest(spec=write_spec(tmp_path, arms, **sweep), results=tmp_path / "results", force=force))
+    prepared = prepare_sweep(
+        SweepRequest(spec=write_spec(tmp_path, arms, **sweep), results=tmp_path / "results", force=force)
+    )
     rows = {}
     for item in prepared.items:
         rows[item.arm.name] = run_and_store(prepared.context, item)

@@ -10,6 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from omni.request import SweepRequest
 from omni.schedule import claim_run, hold_cpus
 from omni.sweep import prepare_sweep, run_sweep_items
 from omni.topology import Slot, format_cpulist

@@ -160,6 +160,7 @@ def test_compare_names_the_arm_made_slower_and_no_other(tmp_path):
     slot, manifest and spec copy written), without Prefect: two ephemeral
     servers and their summaries cost more than the 30 runs; omni sweep
     itself is test_cli's."""
+    from omni.request import SweepRequest
     from omni.sweep import prepare_sweep, run_sweep_items
 
     results = tmp_path / "results"
@@ -170,7 +171,8 @@ def test_compare_names_the_arm_made_slower_and_no_other(tmp_path):
         spec["arms"][1]["params"]["step_sleep_ms"] = step_ms
         path = tmp_path / f"{name}.yaml"
         path.write_text(yaml.safe_dump(spec))
-        prepared = prepare_sweep(SweepRequest(spec=path, results=results, force=True))  # --force: a busy CI host must not refuse
+        # --force: a busy CI host must not refuse
+        prepared = prepare_sweep(SweepRequest(spec=path, results=results, force=True))
         rows = run_sweep_items(prepared)
         assert len(rows) == 15 and all(row["status"] == "ok" for row in rows), [row.get("error") for row in rows]
         ids.append(prepared.sweep_id)

@@ -59,6 +59,7 @@ def run_sweeps(out: Path) -> dict:
     # second runs of every slot and hide the makespan being measured
     import pandas  # noqa: F401
 
+    from omni.request import SweepRequest
     from omni.sweep import prepare_sweep, run_sweep_items
 
     report = {}
@@ -66,7 +67,7 @@ def run_sweeps(out: Path) -> dict:
         spec = out / f"{name}.json"
         # a guest is nobody's shared host: no refusals for load, and generous time
         spec.write_text(json.dumps({"name": name, "seed": 1, "timeout_s": 240, "busy_threshold_pct": 100, **body}))
-        prepared = prepare_sweep(spec, results=out / "results")
+        prepared = prepare_sweep(SweepRequest(spec=spec, results=out / "results"))
         started = time.monotonic()
         rows = run_sweep_items(prepared)
         report[name] = {

@@ -20,6 +20,7 @@ import yaml
 from omni.audit import REPEAT_MARGIN, audit_repeats, audit_tokens
 from omni.engines.common import prompts_digest, token_prompts, warmup_prompts
 from omni.iterations import run_metrics
+from omni.request import SweepRequest
 from omni.spec import Arm, arm_hash, canonical_arm_json
 from omni.store import load_iterations, load_runs
 from omni.summary import summarize_sweep
@@ -225,7 +226,11 @@ def test_synthetic_audit_reruns_seed_within_noise_and_a_cache_is_flagged(tmp_pat
     arms = [{**base, "name": "cached", "params": {**base["params"], "prefix_cache": 0.9}}]
     matrix = [{"name": "seed{prompt_seed}", "base": base, "axes": {"prompt_seed": [0, 1]}}]
     results = tmp_path / "results"
-    prepared = prepare_sweep(SweepRequest(spec=write_spec(tmp_path, arms, passes=3, baseline="seed0", matrix=matrix), results=results, force=True))
+    prepared = prepare_sweep(
+        SweepRequest(
+            spec=write_spec(tmp_path, arms, passes=3, baseline="seed0", matrix=matrix), results=results, force=True
+        )
+    )
     rows = run_sweep_items(prepared)
     assert all(row["status"] == "ok" for row in rows), [row.get("error") for row in rows]
     frame = load_runs(results)

@@ -18,6 +18,7 @@ import pytest
 
 from omni.engines.protocol import PHASE_PREFIX
 from omni.reaper import find_run_processes, reap_run
+from omni.request import SweepRequest
 from omni.runner import run_workdir
 from omni.store import list_temp_files, load_runs
 from omni.sweep import prepare_sweep, run_and_store
@@ -53,7 +54,11 @@ def test_sigkill_of_the_vllm_front_reaps_engine_core_and_worker_fails_the_row_an
     # run is on exactly the CPUs the killed one held
     # vLLM CPU takes 40-60 s to start on a quiet host: 60 s (write_spec's default)
     # timed out the clean second run on a loaded CI host
-    prepared = prepare_sweep(SweepRequest(spec=write_spec(tmp_path, [VLLM_ARM], passes=2, slots={"cpus": "0-1"}, timeout_s=300), results=results))
+    prepared = prepare_sweep(
+        SweepRequest(
+            spec=write_spec(tmp_path, [VLLM_ARM], passes=2, slots={"cpus": "0-1"}, timeout_s=300), results=results
+        )
+    )
     first, second = sorted(prepared.items, key=lambda i: i.order_index)
     rows = {}
     runner = threading.Thread(target=lambda: rows.update(first=run_and_store(prepared.context, first)))

@@ -209,13 +209,15 @@ def test_two_resumes_of_one_sweep_at_once_run_each_run_once_and_both_exit_0(tmp_
     """Each run is claimed on this host before it starts: the second resume
     skips what the first holds or has stored (an outcome, no row), and only a
     run that failed would make it exit 1."""
+    from omni.request import SweepRequest
     from omni.sweep import prepare_sweep, write_manifest
 
     arms = [{"name": f"a{i}", "engine": "synthetic", "params": {"mem_mb": 8, "load_s": 0.5}} for i in range(2)]
     spec = tmp_path / "twice.yaml"
     spec.write_text(yaml.safe_dump({"name": "twice", "passes": 2, "timeout_s": 60, "control": False, "arms": arms}))
     results = tmp_path / "results"
-    started = prepare_sweep(SweepRequest(spec=spec, results=results))  # a sweep that stored nothing yet, as if killed at once
+    # a sweep that stored nothing yet, as if killed at once
+    started = prepare_sweep(SweepRequest(spec=spec, results=results))
     write_manifest(started)
     planned = sorted(item.run_id for item in started.items)
     env = {**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}

@@ -182,7 +182,7 @@ NOTHING_LEFT = {"engines": 0, "cpu_lock_held": False, "run_claim_held": False, "
 
 def follow_up_run(host: Host, tmp_path: Path, monkeypatch) -> dict:
     """A local sweep (no Prefect) on the same CPU and lock directory: its one row."""
-    from omni.plan import SlotOverride
+    from omni.request import SweepRequest
     from omni.sweep import prepare_sweep, run_sweep_items
 
     monkeypatch.setenv(LOCK_DIR_VAR, str(host.base / f"locks-{host.name}"))

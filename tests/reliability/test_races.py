@@ -19,6 +19,7 @@ import sys
 import pytest
 import yaml
 
+from omni.request import SweepRequest
 from omni.store import load_runs
 from omni.sweep import prepare_sweep, write_manifest
 from tests.conftest import REPO

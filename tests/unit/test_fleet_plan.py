@@ -14,6 +14,7 @@ from omni import fleet
 from omni.errors import OmniError, SpecError
 from omni.fleet import HostState
 from omni.plan import plan_sweep
+from omni.request import SweepRequest, parse_replacements
 from omni.spec import load_spec
 from omni.store import run_path
 from omni.sweep import prepare_sweep, write_manifest
@@ -118,7 +119,7 @@ def test_hosts_are_chosen_alive_and_identical_for_split():
 def test_resume_sends_exactly_the_missing_runs_to_their_host_or_its_replacement(tmp_path, server):
     server.update(a=alive("a", EPYC), b=alive("b", EPYC), c=alive("c", EPYC), d=alive("d", SPR))
     results = tmp_path / "results"
-    started = prepare_sweep(spec(tmp_path, {"names": ["a", "b"], "mode": "split"}), results=results)
+    started = prepare_sweep(SweepRequest(spec=spec(tmp_path, {"names": ["a", "b"], "mode": "split"}), results=results))
     assert started.fleet["hosts"] == ["a", "b"] and not started.slots and not started.context.resources
     assert [s["host"] for s in started.fleet["shards"]] == ["a", "b"] and len(started.items) == 9
     write_manifest(started)
@@ -129,34 +130,35 @@ def test_resume_sends_exactly_the_missing_runs_to_their_host_or_its_replacement(
         path.write_bytes(b"")
     server["b"] = dead("b", EPYC)
     with pytest.raises(OmniError, match="host b is offline"):
-        prepare_sweep(None, resume=started.sweep_id, results=results)
-    moved = prepare_sweep(None, resume=started.sweep_id, results=results, replace_hosts={"b": "c"})
+        prepare_sweep(SweepRequest(resume=started.sweep_id, results=results))
+    moved = prepare_sweep(SweepRequest(resume=started.sweep_id, results=results, replace_hosts=["b=c"]))
     assert moved.fleet["shards"] == [{"host": "c", "plan_host": "b", "run_ids": runs["b"][1:]}]
     assert [i.run_id for i in moved.items] == runs["b"][1:] and moved.planned == 9
     with pytest.raises(OmniError, match="these differ: cpu_model"):  # split: the replacement must match too
-        prepare_sweep(None, resume=started.sweep_id, results=results, replace_hosts={"b": "d"})
+        prepare_sweep(SweepRequest(resume=started.sweep_id, results=results, replace_hosts=["b=d"]))
     with pytest.raises(OmniError, match="ran on a, b only"):
-        prepare_sweep(None, resume=started.sweep_id, results=results, replace_hosts={"e": "c"})
+        prepare_sweep(SweepRequest(resume=started.sweep_id, results=results, replace_hosts=["e=c"]))
     server["b"] = alive("b", EPYC)
-    back = prepare_sweep(None, resume=started.sweep_id, results=results)
+    back = prepare_sweep(SweepRequest(resume=started.sweep_id, results=results))
     assert back.fleet["shards"] == [{"host": "b", "plan_host": "b", "run_ids": runs["b"][1:]}]
 
 
 def test_a_fleet_spec_needs_a_server_and_force_flags_need_a_fleet(tmp_path, monkeypatch):
     monkeypatch.delenv("PREFECT_API_URL", raising=False)
     with pytest.raises(OmniError, match="set PREFECT_API_URL"):
-        prepare_sweep(spec(tmp_path, {"names": ["a"]}), results=tmp_path / "r")
+        prepare_sweep(SweepRequest(spec=spec(tmp_path, {"names": ["a"]}), results=tmp_path / "r"))
     local = tmp_path / "local.yaml"
     local.write_text((REPO / "arms" / "smoke-synthetic.yaml").read_text())
     with pytest.raises(OmniError, match="for fleet sweeps"):
-        prepare_sweep(local, results=tmp_path / "r", force_hosts=True, build=False)
+        prepare_sweep(SweepRequest(spec=local, results=tmp_path / "r", force_hosts=True, dry_run=True))
     assert not (tmp_path / "r").exists()
     with pytest.raises(OmniError, match="give OLD=NEW"):
-        fleet.parse_replacements(["b"])
+        parse_replacements(["b"])
 
 
 def test_a_fleet_on_other_machines_needs_one_shared_store(tmp_path, server):
     server.update(a=alive("a", EPYC), far=alive("far", EPYC, machine="spr-box"))
     with pytest.raises(OmniError, match=r"hosts far \(spr-box\) run elsewhere.*--results s3://"):
-        prepare_sweep(spec(tmp_path, {"names": ["a", "far"]}), results=tmp_path / "results")
-    assert prepare_sweep(spec(tmp_path, {"names": ["a"]}), results=tmp_path / "results").fleet["hosts"] == ["a"]
+        prepare_sweep(SweepRequest(spec=spec(tmp_path, {"names": ["a", "far"]}), results=tmp_path / "results"))
+    one = prepare_sweep(SweepRequest(spec=spec(tmp_path, {"names": ["a"]}), results=tmp_path / "results"))
+    assert one.fleet["hosts"] == ["a"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from concurrent.futures import Future
 
+from omni.request import SweepRequest
 from omni.schedule import dispatch
 from omni.sweep import prepare_sweep
 from omni.topology import Slot
@@ -13,7 +14,9 @@ SLOTS = [Slot(0, 0, (0, 1), (0,)), Slot(1, 1, (2, 3), (1,))]
 
 
 def test_dispatch_starts_in_plan_order_and_never_doubles_a_slot(tmp_path):
-    prepared = prepare_sweep(SweepRequest(spec=write_spec(tmp_path, [synthetic(f"a{i}") for i in range(3)], passes=2), results=tmp_path))
+    prepared = prepare_sweep(
+        SweepRequest(spec=write_spec(tmp_path, [synthetic(f"a{i}") for i in range(3)], passes=2), results=tmp_path)
+    )
     pending: list[Future] = []
     started, busy = [], set()
 
