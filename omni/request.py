@@ -182,7 +182,9 @@ class SweepRequest(BaseModel):
 
 def _describe(error: dict) -> str:
     field = str(error["loc"][0]) if error["loc"] else ""
-    return f"{option_name(field)} {error.get('input')!r}: {error['msg']}"
+    given = repr(error.get("input"))
+    given = given if len(given) <= 60 else given[:57] + "..."  # a huge value is not repeated whole
+    return f"{option_name(field)} {given}: {error['msg']}"
 
 
 def _passes(r: SweepRequest) -> str | None:
