@@ -171,6 +171,7 @@ def sweep(
     replace_host: list[str] | None = typer.Option(
         None, "--replace-host", help="fleet, with --resume: OLD=NEW runs host OLD's missing runs on host NEW"
     ),
+    note: str | None = typer.Option(None, "--note", help="free text recorded in every row of the sweep"),
 ) -> None:
     """Run a sweep locally (Prefect ephemeral mode, no server needed): live
     progress per slot, then the per-arm table and the verdicts against the baseline.
@@ -194,6 +195,7 @@ def sweep(
         as_json=as_json,
         force_hosts=force_hosts,
         replace_hosts=replace_host,
+        note=note,
     )
     prepared = prepare_sweep(request)
     if dry_run:

@@ -27,7 +27,7 @@ import pyarrow as pa
 
 from omni.errors import OmniError
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 STATUSES = ("ok", "failed", "timeout", "refused", "invalid")
 BINDING_METHODS = ("numactl", "sched_setaffinity", "none")
@@ -88,6 +88,7 @@ COLUMNS: tuple[Column, ...] = (
         ("run_id", _STR, None, "unique id of the run: hash of the sweep id, canonical arm and pass"),
         ("sweep_id", _STR, None, "unique id of the sweep the run belongs to"),
         ("sweep_name", _STR, None, "human name of the sweep, from the spec"),
+        ("note", _STR, None, "free text given with omni sweep --note, the same in every row of the sweep (v9)"),
         ("arm", _STR, None, "name of the arm (configuration) this run executed"),
         ("pass_index", _I32, None, "which pass over all arms, from 0"),
         ("order_index", _I32, None, "position of the run in the sweep's interleaved schedule"),

@@ -89,6 +89,7 @@ class SweepRequest(BaseModel):
     fail_on_regression: bool = Field(
         False, description="end Failed when this sweep regressed against the earlier sweeps of its spec"
     )
+    note: str | None = Field(None, max_length=1000, description="free text recorded in every row of the sweep")
     # omni sweep's own: how it shows the sweep. Excluded: never flow parameters.
     dry_run: bool = Field(False, exclude=True, description="print the plan and run nothing")
     quiet: bool = Field(False, exclude=True, description="no live progress and no tables")
@@ -145,7 +146,7 @@ class SweepRequest(BaseModel):
 
     def resumed(self, manifest: dict, spec_copy: Path) -> SweepRequest:
         """What a resumed sweep runs: the spec copy, passes and slots it started
-        with (``manifest``); slots given again must be the same."""
+        with (``manifest``), and its note; slots or a note given again must be the same."""
         fields = manifest.get("slots_override")
         kept = SlotOverride(tuple(fields["cores"]), fields["node"], fields["straddle"]) if fields else None
         given = self.slots_override
@@ -155,6 +156,10 @@ class SweepRequest(BaseModel):
                 f"sweep {manifest['sweep_id']} started on {started}; resume it without {given.describe()} "
                 "(it keeps its slots) or start a new sweep"
             )
+        started_note = manifest.get("request", {}).get("note")
+        if self.note is not None and self.note != started_note:
+            started = f"--note {started_note!r}" if started_note else "no --note"
+            raise RequestError(f"sweep {manifest['sweep_id']} started with {started}: resume it without --note")
         kept = kept or SlotOverride()
         return self.model_copy(
             update={
@@ -164,6 +169,7 @@ class SweepRequest(BaseModel):
                 "cores": kept.cores or None,
                 "node": kept.node,
                 "straddle": kept.straddle,
+                "note": started_note,
             }
         )
 
@@ -177,7 +183,7 @@ class SweepRequest(BaseModel):
     def recorded(self) -> dict[str, Any]:
         """What every row of the sweep records of the request."""
         override = self.slots_override
-        return {"slots_override": override.describe() if override else None}
+        return {"slots_override": override.describe() if override else None, "note": self.note}
 
 
 def _describe(error: dict) -> str:

@@ -324,6 +324,11 @@ def _v7_to_v8(table: pa.Table) -> pa.Table:
     return table
 
 
+def _v8_to_v9(table: pa.Table) -> pa.Table:
+    """v9 added note (omni sweep --note): none was given before, so null."""
+    return table
+
+
 UPGRADES: dict[int, Callable[[pa.Table], pa.Table]] = {
     1: _v1_to_v2,
     2: _v2_to_v3,
@@ -332,6 +337,7 @@ UPGRADES: dict[int, Callable[[pa.Table], pa.Table]] = {
     5: _v5_to_v6,
     6: _v6_to_v7,
     7: _v7_to_v8,
+    8: _v8_to_v9,
 }
 
 

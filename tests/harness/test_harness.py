@@ -129,6 +129,22 @@ def test_cores_override_is_recorded_and_kept_on_resume(tmp_path):
         prepare_sweep(SweepRequest(results=results, resume=prepared.sweep_id, node=0))
 
 
+def test_a_note_is_in_every_row_of_the_sweep_and_kept_on_resume(tmp_path):
+    from omni.errors import OmniError
+
+    results = tmp_path / "results"
+    spec = write_spec(tmp_path, [synthetic("a")], passes=2)
+    prepared = prepare_sweep(SweepRequest(spec=spec, results=results, note="kernel 6.8, turbo off"))
+    write_manifest(prepared)
+    first = run_and_store(prepared.context, prepared.items[0])  # then "crash": one run left
+    resumed = prepare_sweep(SweepRequest(results=results, resume=prepared.sweep_id))
+    second = run_and_store(resumed.context, resumed.items[0])
+    assert first["note"] == second["note"] == "kernel 6.8, turbo off"
+    assert load_runs(results)["note"].tolist() == ["kernel 6.8, turbo off"] * 2
+    with pytest.raises(OmniError, match="started with --note 'kernel 6.8, turbo off': resume it without --note"):
+        prepare_sweep(SweepRequest(results=results, resume=prepared.sweep_id, note="other"))
+
+
 def test_memory_policy_and_locality_are_recorded_and_a_reset_policy_is_invalid(tmp_path):
     """On any host, one node or more: numactl's bind policy is seen in every
     process's numa_maps, the pages sit on the slot's node, and an engine that
