@@ -19,6 +19,7 @@ from prefect import flow, get_run_logger
 from prefect.runtime import flow_run
 from prefect.states import Completed, Crashed, Failed
 
+from flows.runs import failure_summary, run_items, watch_worker
 from omni.errors import OmniError
 from omni.fleet import SHARD_DEPLOYMENT, SYSFS_VAR, HostState, queue_name, read_hosts
 from omni.provenance import HOST_VAR
@@ -36,8 +37,6 @@ def sweep_shard(request: SweepRequest, host: str, run_ids: list[str], plan_host:
     """Run ``run_ids`` of the fleet sweep ``request`` resumes on this host's slots
     and store their rows; the host is the worker's (``omni worker --host``), and
     must be ``host``. Runs already stored are skipped, so a part sent twice runs once."""
-    from flows.sweep import failure_summary, run_items, watch_worker
-
     watch_worker()
     sweep_id = request.resume
     serving = os.environ.get(HOST_VAR)

@@ -1,116 +1,30 @@
 """Prefect flow ``sweep``: a thin recipe over omni's plain functions.
 
-Runs go to the sweep's slots concurrently (one run per slot, plan order,
-:func:`omni.schedule.dispatch`) as tasks on Prefect's thread-pool runner. A
-flow run in which any run did not end ``ok`` ends Failed, with what failed in
-its message; its good rows are stored all the same.
+Runs go to the sweep's slots concurrently (:mod:`flows.runs`), or for a spec
+with ``hosts:`` to the fleet's hosts (:mod:`flows.fleet`). A flow run in which
+any run did not end ``ok`` ends Failed, with what failed in its message; its
+good rows are stored all the same.
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import asdict
 
-from prefect import flow, get_run_logger, task
+from prefect import flow, get_run_logger
 from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
-from prefect.cache_policies import NONE
-from prefect.runtime import flow_run
 from prefect.states import Completed, Failed
 
+from flows.fleet import run_fleet
+from flows.runs import failure_summary, run_items, watch_worker
 from omni.compaction import CONSOLIDATE_AT, compact_sweep, consolidate
 from omni.compare import Change, nightly_changes, sweep_history
 from omni.errors import OmniError, disk_full
 from omni.objstore import results_root
-from omni.reaper import watch_parent
 from omni.report import summary_markdown, write_outputs
 from omni.report_html import html_report
 from omni.request import SweepRequest, request_parameters
-from omni.runner import RUNS, PlanItem, RunContext
-from omni.schedule import dispatch
 from omni.summary import summarize_sweep
-from omni.sweep import (
-    SKIPPED,
-    item_outcome,
-    prepare_sweep,
-    row_outcome,
-    run_and_store,
-    take_over,
-    write_manifest,
-)
-
-
-@task(name="run-arm", cache_policy=NONE, task_run_name="{item.arm.name}-pass{item.pass_index}-slot{item.slot.index}")
-def run_arm_task(context: RunContext, item: PlanItem) -> dict:
-    """Run one (arm, pass) and store its row; a bad run is a row, not an exception."""
-    row = run_and_store(context, item, {"prefect_flow_run_id": flow_run.get_id()})
-    log = get_run_logger()
-    message = f"{item.arm.name} pass {item.pass_index} on {item.slot.describe()}: {row['status']}"
-    if row["status"] == SKIPPED:
-        log.info("%s: %s", message, row.get("error"))
-    elif row["status"] != "ok":
-        log.warning("%s: %s", message, row.get("error"))
-    else:
-        log.info("%s, decode %.1f tok/s", message, row.get("decode_tok_s") or float("nan"))
-    return row_outcome(row)
-
-
-def _outcome(future, item: PlanItem) -> dict:
-    """A task that raised (say, the results disk is full) is a failed outcome too."""
-    try:
-        return future.result()
-    except Exception as error:  # noqa: BLE001 - reported, and the flow ends Failed
-        return error_outcome(item, error)
-
-
-def error_outcome(item: PlanItem, error: BaseException) -> dict:
-    """The outcome of a run whose row could not be stored: nothing of it is in
-    the results, so ``--resume`` runs it again."""
-    full = disk_full(error)
-    why = f"{full}: not stored, free space and --resume" if full else f"{type(error).__name__}: {error}"
-    return item_outcome(item, "error", why)
-
-
-def run_items(prepared) -> list[dict]:
-    """Every item of a prepared sweep on this host's slots, as Prefect tasks; their outcomes.
-
-    Interrupted meanwhile (a Prefect cancel or crash arrives here as a
-    TerminationSignal, Ctrl-C as KeyboardInterrupt), it stops every run still
-    going before it lets go: their engines are reaped and they store no row,
-    before Prefect records the state, within the worker's grace
-    (omni.runner.LiveRuns says what happened without it).
-    """
-    RUNS.reopen()
-    try:
-        submitted = dispatch(prepared.items, prepared.slots, lambda item: run_arm_task.submit(prepared.context, item))
-        return [_outcome(future, item) for item, future in submitted]
-    except BaseException:
-        # no log line first: after a worker's death the first one to its pipe raises SystemExit (rich)
-        RUNS.interrupt()
-        raise
-
-
-def watch_worker() -> None:
-    """A flow run a worker started ends when its worker dies, Crashed, its engines
-    reaped (omni.reaper.watch_parent). Prefect sets PREFECT__FLOW_RUN_ID in the
-    process a worker (or ``omni serve``) starts; ``omni sweep`` runs its flow in
-    its own process, where a watchdog per run does that job."""
-    if not os.environ.get("PREFECT__FLOW_RUN_ID"):
-        return
-    log = get_run_logger()
-    watch_parent(
-        lambda ppid: log.error(
-            "the worker that started this flow run (pid %d) is gone: stopping its runs (SIGTERM to this process, pid %d); "
-            "this flow run ends Crashed, --resume runs what it did not store",
-            ppid,
-            os.getpid(),
-        )
-    )
-
-
-def failure_summary(failed: list[dict], total: int) -> str:
-    lines = [f"{len(failed)} of {total} run(s) did not end ok:"]
-    lines += [f"- {o['arm']} pass {o['pass_index']} ({o['run_id']}): {o['status']}: {o['error']}" for o in failed]
-    return "\n".join(lines)
+from omni.sweep import SKIPPED, prepare_sweep, take_over, write_manifest
 
 
 def publish_artifacts(sweep_id: str, results: str, outcomes: list[dict], failed: list[dict]) -> None:
@@ -227,8 +141,6 @@ def sweep(request: SweepRequest):
     log.info("sweep %s: %d of %d run(s) to go on %s", prepared.sweep_id, len(prepared.items), prepared.planned, where)
     results = request.results
     if prepared.fleet:
-        from flows.fleet import run_fleet
-
         outcomes, lost = run_fleet(prepared)
     else:
         outcomes, lost = run_items(prepared), []

@@ -86,7 +86,7 @@ def validate(
 
 
 def print_plan(prepared, results: str) -> None:
-    from omni.plan import describe_plan
+    from omni.sweep import describe_plan
 
     ctx = prepared.context
     rows = describe_plan(prepared.items, prepared.slots, results_root(results), ctx.resources, ctx.simulate_placement)
@@ -335,7 +335,7 @@ def worker(
     from omni.fleet import run_worker
     from omni.schedule import lock_dir as default_lock_dir
 
-    run_worker(host, lock_dir or default_lock_dir(), sysfs_root, heartbeat)
+    run_worker(host, lock_dir or default_lock_dir(), sysfs_root, heartbeat, say=lambda line: print(line, flush=True))
 
 
 @app.command()

@@ -27,11 +27,13 @@ from __future__ import annotations
 import json
 import os
 import platform
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from omni import REPO_ROOT
 from omni.errors import OmniError
 from omni.provenance import HOST_VAR, collect_host_provenance
 from omni.schedule import LOCK_DIR_VAR, lock_dir
@@ -60,7 +62,6 @@ def variable_name(host: str) -> str:
 def host_facts(host: str, sysfs_root: str | Path = "/", locks: Path | None = None) -> dict[str, Any]:
     """What a sweep needs to know of a host before sending it runs (JSON, < 5000 characters)."""
     from omni.envs import ENVS, env_info
-    from omni.sweep import REPO_ROOT
 
     meta = collect_host_provenance(root=sysfs_root)
     topology = {str(node): format_cpulist(cpus) for node, cpus in sorted((meta.get("numa_topology") or {}).items())}
@@ -248,10 +249,13 @@ def ensure_queue(client, host: str, pool: str = POOL) -> None:
         pass
 
 
-def run_worker(host: str, locks: Path, sysfs_root: Path, heartbeat_s: int, pool: str = POOL) -> None:
+def run_worker(
+    host: str, locks: Path, sysfs_root: Path, heartbeat_s: int, say: Callable[[str], None], pool: str = POOL
+) -> None:
     """Serve host ``host``: publish its facts, then run a Prefect process worker
-    on its queue until stopped. Flow runs it starts inherit OMNI_HOST, the
-    lock directory and the sysfs root through their environment."""
+    on its queue until stopped; ``say`` shows the worker's own lines (started,
+    stopped). Flow runs it starts inherit OMNI_HOST, the lock directory and
+    the sysfs root through their environment."""
     import asyncio
 
     from prefect.client.orchestration import get_client
@@ -276,12 +280,11 @@ def run_worker(host: str, locks: Path, sysfs_root: Path, heartbeat_s: int, pool:
         name=queue_name(host),
         heartbeat_interval_seconds=heartbeat_s,
     )
-    print(
+    say(
         f"host {host}: worker {queue_name(host)} on pool {pool}, queue {queue_name(host)}, locks {locks}, "
-        f"heartbeat every {heartbeat_s} s",
-        flush=True,
+        f"heartbeat every {heartbeat_s} s"
     )
-    asyncio.run(worker.start(printer=lambda *a, **k: print(*a, flush=True)))
+    asyncio.run(worker.start(printer=lambda *parts, **_: say(" ".join(map(str, parts)))))
 
 
 def ensure_shard_deployment(client) -> None:
@@ -291,8 +294,6 @@ def ensure_shard_deployment(client) -> None:
     import sys
 
     from prefect.exceptions import ObjectNotFound
-
-    from omni.sweep import REPO_ROOT
 
     try:
         client.read_deployment_by_name(SHARD_DEPLOYMENT)

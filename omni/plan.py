@@ -1,4 +1,4 @@
-"""From a loaded spec to the ordered list of runs, and a preview of them.
+"""From a loaded spec to the ordered list of runs.
 
 Runs are interleaved, not blocked: each pass runs every arm once, in an
 order shuffled per pass by the sweep's seed, so slow drift of the host (heat,
@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import random
 import secrets
-import shlex
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -18,9 +17,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from omni.errors import OmniError
-from omni.resources import ArmResources
-from omni.runner import PlanItem, engine_argv, run_workdir
-from omni.spec import LoadedSpec, SlotRequest, canonical_arm_json
+from omni.spec import Arm, LoadedSpec, SlotRequest, canonical_arm_json
 from omni.topology import Slot, allocate_slots, read_topology
 
 
@@ -39,6 +36,21 @@ def run_id_for(sweep_id: str, arm_json: str, pass_index: int, profiled: bool = F
         + (f"\nhost={host}" if host else "")
     )
     return hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class PlanItem:
+    """One (arm, pass) placed on a slot, with its identity."""
+
+    run_id: str
+    sweep_id: str
+    sweep_name: str
+    arm: Arm
+    pass_index: int
+    order_index: int
+    slot: Slot
+    attempt: int = 1
+    profiled: bool = False  # a profiled pass (profile:): per-op times, never a timed pass
 
 
 @dataclass(frozen=True)
@@ -144,40 +156,3 @@ def plan_sweep(
                 )
             )
     return items
-
-
-def describe_plan(
-    items: list[PlanItem],
-    slots: list[Slot],
-    results_dir: Path,
-    resources: dict[str, ArmResources],
-    simulate: bool = False,
-) -> list[dict]:
-    """The exact command line, placement and environment of every planned run.
-
-    ``wave``: runs of one wave start together, one per slot, if runs took equal time.
-    """
-    rows = []
-    for position, item in enumerate(items):
-        res = resources[item.arm.name]
-        argv, method = engine_argv(item, run_workdir(results_dir, item), res.python or "<unresolved>", simulate)
-        rows.append(
-            {
-                "order": item.order_index,
-                "wave": position // len(slots),
-                "slot": item.slot.index,
-                "pass": item.pass_index,
-                "profiled": item.profiled,
-                "arm": item.arm.name,
-                "run_id": item.run_id,
-                "node": item.slot.node,
-                "cpus": list(item.slot.cpus),
-                "membind": list(item.slot.mems),
-                "method": method,
-                "env": {"OMNI_RUN_ID": item.run_id, **item.arm.env},
-                "command": shlex.join(argv),
-                "model_path": res.model_path,
-                "problem": res.error,
-            }
-        )
-    return rows

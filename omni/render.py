@@ -154,7 +154,7 @@ def arms_json(loaded) -> str:
 
 def plan(prepared, rows: Sequence[Mapping]) -> str:
     """``omni sweep --dry-run``: the slots, then each run's order, placement
-    and exact command line (rows: :func:`omni.plan.describe_plan`)."""
+    and exact command line (rows: :func:`omni.sweep.describe_plan`)."""
     left = "" if len(rows) == prepared.planned else f" (of {prepared.planned}; the rest are stored)"
     lines = [
         f"sweep {prepared.sweep_id}: {len(rows)} run(s){left} on {len(prepared.slots)} slot(s) at once, "

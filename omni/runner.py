@@ -21,7 +21,6 @@ import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from omni.audit import audit_repeats, audit_tokens
 from omni.engines.protocol import PHASE_PREFIX
@@ -32,17 +31,15 @@ from omni.mempolicy import describe_nodes, node_list
 from omni.objstore import ResultsPath, local_scratch
 from omni.ops import head_rule, read_torch_trace
 from omni.placement import REMOTE_WARN_LOCAL, explain_busy, measure_busy, numactl_path, pin_argv, verify_binding
+from omni.plan import PlanItem, SlotOverride
 from omni.progress import BOARD
 from omni.provenance import behaviour_env, merge_engine_provenance
 from omni.reaper import RUN_ID_VAR, Watchdog, reap_run
 from omni.resources import ArmResources, env_name
 from omni.sampler import TreeSampler, summarize
 from omni.spec import Arm, arm_hash, canonical_arm_json
-from omni.topology import Slot, format_cpulist
+from omni.topology import format_cpulist
 from omni.vllm_plugin import names as vllm_names
-
-if TYPE_CHECKING:
-    from omni.plan import SlotOverride  # plan imports this module
 
 STDERR_TAIL_LINES = 60
 # "ValueError: No available memory for the cache blocks. Try ..."
@@ -53,21 +50,6 @@ ENGINE_METRICS = ("load_s", "kv_cache_bytes_effective", "profile_overhead")
 ITERATIONS_KEY = "_iterations"
 OPS_KEY = "_ops"
 SIDE_KEYS = {"iterations": ITERATIONS_KEY, "ops": OPS_KEY}
-
-
-@dataclass(frozen=True)
-class PlanItem:
-    """One (arm, pass) placed on a slot, with its identity."""
-
-    run_id: str
-    sweep_id: str
-    sweep_name: str
-    arm: Arm
-    pass_index: int
-    order_index: int
-    slot: Slot
-    attempt: int = 1
-    profiled: bool = False  # a profiled pass (profile:): per-op times, never a timed pass
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Protocol
 
-from omni.runner import PlanItem
+from omni.plan import PlanItem
 from omni.topology import Slot
 
 LOCK_DIR_VAR = "OMNI_LOCK_DIR"

@@ -1,4 +1,4 @@
-"""A sweep as plain functions: prepare it, run one item, tabulate the result.
+"""A sweep as plain functions: prepare it, preview it, run one item, tabulate the result.
 
 The Prefect flow in ``flows/sweep.py`` calls these; so do tests that need no
 Prefect at all.
@@ -7,6 +7,7 @@ Prefect at all.
 from __future__ import annotations
 
 import json
+import shlex
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -15,12 +16,12 @@ from typing import TYPE_CHECKING
 from omni import REPO_ROOT
 from omni.errors import OmniError
 from omni.objstore import ResultsPath, S3Path, local_copy, results_root, write_text_once
-from omni.plan import SlotOverride, new_sweep_id, plan_sweep, sweep_slots
+from omni.plan import PlanItem, SlotOverride, new_sweep_id, plan_sweep, sweep_slots
 from omni.progress import BOARD
 from omni.provenance import collect_host_provenance
 from omni.request import SweepRequest
 from omni.resources import ArmResources, resolve_all
-from omni.runner import SIDE_KEYS, PlanItem, RunContext, run_arm
+from omni.runner import SIDE_KEYS, RunContext, engine_argv, run_arm, run_workdir
 from omni.schedule import claim_run, hold_cpus, run_concurrently
 from omni.spec import LoadedSpec, load_spec
 from omni.store import load_runs, run_path, stored_run_ids, write_run, write_side_table
@@ -281,6 +282,43 @@ def prepare_fleet(
     }
     items = [i for i in every if i.run_id in todo]
     return PreparedSweep(loaded, sweep_id, context, items, [], passes, len(every), asked, info)
+
+
+def describe_plan(
+    items: list[PlanItem],
+    slots: list[Slot],
+    results_dir: Path,
+    resources: dict[str, ArmResources],
+    simulate: bool = False,
+) -> list[dict]:
+    """The exact command line, placement and environment of every planned run.
+
+    ``wave``: runs of one wave start together, one per slot, if runs took equal time.
+    """
+    rows = []
+    for position, item in enumerate(items):
+        res = resources[item.arm.name]
+        argv, method = engine_argv(item, run_workdir(results_dir, item), res.python or "<unresolved>", simulate)
+        rows.append(
+            {
+                "order": item.order_index,
+                "wave": position // len(slots),
+                "slot": item.slot.index,
+                "pass": item.pass_index,
+                "profiled": item.profiled,
+                "arm": item.arm.name,
+                "run_id": item.run_id,
+                "node": item.slot.node,
+                "cpus": list(item.slot.cpus),
+                "membind": list(item.slot.mems),
+                "method": method,
+                "env": {"OMNI_RUN_ID": item.run_id, **item.arm.env},
+                "command": shlex.join(argv),
+                "model_path": res.model_path,
+                "problem": res.error,
+            }
+        )
+    return rows
 
 
 # Sweeps prepared in this process, waiting for the flow that runs them: the
