@@ -150,8 +150,8 @@ def sweep(
     resume: str | None = typer.Option(None, help="SWEEP_ID: run only that sweep's runs not stored yet"),
     dry_run: bool = typer.Option(False, "--dry-run", help="print the plan (commands, placements) and run nothing"),
     force: bool = typer.Option(False, "--force", help="run even when the slot's cores are busy (recorded)"),
-    sysfs_root: Path = typer.Option(
-        Path("/"), help="read the topology under this root (a fixture of another host): placement planned, not applied"
+    sysfs_root: Path = sysfs_option(
+        "read the topology under this root (a fixture of another host): placement planned, not applied"
     ),
     cores: list[str] | None = typer.Option(
         None, "--cores", help="CPU list of one slot, e.g. 56-79 (repeat for more slots): replaces the spec's slots"
@@ -557,6 +557,8 @@ def provenance(
     results: str = RESULTS_OPT,
 ) -> None:
     """Where a run's numbers come from: versions, commits, host, ISA, placement, spec."""
+    from pyarrow import ArrowException
+
     from omni.columns import COLUMNS
     from omni.retract import retracted_runs
     from omni.store import read_parquet, run_file_of, upgrade_table
@@ -567,8 +569,13 @@ def provenance(
         raise OmniError(
             f"{target!r} is no run id under {results_root(results) / 'runs'} and no file; find ids with omni table SWEEP_ID"
         )
-    row = upgrade_table(read_parquet(path)).to_pylist()[0]
-    show(render.provenance(row, path, retracted_runs(results).get(row["run_id"]), COLUMNS))
+    try:
+        rows = upgrade_table(read_parquet(path)).to_pylist()
+    except (ArrowException, OSError):
+        rows = []
+    if not rows or not rows[0].get("run_id"):
+        raise OmniError(f"{path}: no run file of omni's (Parquet, one run row); give a run id or a file under runs/")
+    show(render.provenance(rows[0], path, retracted_runs(results).get(rows[0]["run_id"]), COLUMNS))
 
 
 def run_local_sweep(spec: Path, passes, results: str, force: bool) -> str:

@@ -125,9 +125,17 @@ METRIC_OPT = typer.Option(
 SWEEP_ID_ARG = typer.Argument(..., callback=stored_id, help="sweep id (the sweep=… folder name)")
 
 
+def sysfs_root(value: Path) -> Path:
+    """--sysfs-root: a root with sys/devices/system/cpu under it, this host's (/) or a fixture's."""
+    if not (value / "sys" / "devices" / "system" / "cpu").is_dir():
+        raise typer.BadParameter(
+            f"{str(value)[:200]!r} has no sys/devices/system/cpu: give / or a sysfs fixture's root"
+        )
+    return value
+
+
 def sysfs_option(help_text: str):
-    """--sysfs-root: a sysfs tree to read the topology from, this host's (/) or a fixture's."""
-    return typer.Option(Path("/"), exists=True, file_okay=False, help=help_text)
+    return typer.Option(Path("/"), exists=True, file_okay=False, callback=sysfs_root, help=help_text)
 
 
 def _not_finite(text: str) -> bool:

@@ -56,7 +56,11 @@ def read_spec(path: Path) -> tuple[bytes, str, Any, Lines]:
 
 
 def _read_bytes(path: Path) -> bytes:
-    if path.is_dir():
+    try:
+        is_dir = path.is_dir()
+    except OSError as err:  # a name longer than the file system takes (ENAMETOOLONG), a loop of links
+        raise SpecError(f"{str(path)[:200]}: cannot read: {err.strerror}") from None
+    if is_dir:
         raise SpecError(f"{path}: is a directory; give a spec file inside it")
     if path.suffix.lower() not in SUFFIXES:
         kind = path.suffix or "(no extension)"
