@@ -75,5 +75,5 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         ),
     ),
     ("flows", ("flows",)),
-    ("cli", ("omni.cli", "omni.options", "omni.render")),
+    ("cli", ("omni.cli", "omni.console", "omni.options", "omni.render", "omni.fleet_commands", "omni.setup_commands")),
 )

@@ -4,23 +4,20 @@ from __future__ import annotations
 
 import os
 import sys
-import threading
-from datetime import UTC
 from pathlib import Path
 
 import typer
-from rich.console import Console
 
 from omni import render
+from omni.console import err, out, show, with_progress
 from omni.errors import OmniError, causes, disk_full
+from omni.fleet_commands import hosts, serve, worker
 from omni.objstore import results_root
 from omni.options import (
     METRIC_OPT,
     RESULTS_OPT,
     RETRACTED_OPT,
     SWEEP_ID_ARG,
-    directory_to_make,
-    host_name,
     run_or_file,
     stored_id,
     stored_ids,
@@ -29,22 +26,14 @@ from omni.options import (
     usage_line,
     words,
 )
+from omni.setup_commands import env_app, models_app, stack_app
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="NUMA-pinned benchmark sweeps of CPU LLM inference.")
-out = Console()
-err = Console(stderr=True)
 
 EXIT_RUNS_FAILED = 1
 EXIT_USER_ERROR = 2
 EXIT_INFRASTRUCTURE = 3  # the machinery failed (Prefect API, disk), not the runs or the input
 DEBUG = {"traceback": False}
-
-
-def show(text: str, console: Console = out) -> None:
-    """Print a renderer's text as it is: no markup, no highlighting, no
-    wrapping by rich (the terminal wraps a long line; nothing is cut)."""
-    if text:
-        console.print(text, markup=False, highlight=False, soft_wrap=True)
 
 
 @app.callback()
@@ -100,38 +89,6 @@ def print_arm_table(sweep_id: str, results: str) -> None:
     show(render.arm_table(sweep_id, sweep_table(results, sweep_id)))
 
 
-def watch_progress(planned: int, slots: int, done: threading.Event) -> None:
-    """Per slot, the current run's arm, pass, phase and time; runs done of
-    planned and an ETA, redrawn twice a second (omni.progress)."""
-    from rich.live import Live
-    from rich.text import Text
-
-    from omni.progress import BOARD, describe
-
-    with Live(console=err, transient=True, refresh_per_second=4) as live:
-        while not done.wait(0.5):
-            live.update(Text("\n".join(describe(*BOARD.snapshot(), planned, slots))))
-
-
-def with_progress(prepared, show: bool, call) -> dict:
-    """``call()`` (the flow) with the live progress of its runs drawn meanwhile."""
-    from omni.progress import BOARD
-
-    BOARD.reset()
-    done = threading.Event()
-    watcher = threading.Thread(
-        target=watch_progress, args=(len(prepared.items), len(prepared.slots), done), daemon=True
-    )
-    if show:
-        watcher.start()
-    try:
-        return call()
-    finally:
-        done.set()
-        if show:
-            watcher.join()
-
-
 def print_verdicts(sweep_id: str, results: str) -> None:
     """Each arm against the baseline on the headline metrics, and the control."""
     from omni.report import verdicts_markdown
@@ -139,7 +96,7 @@ def print_verdicts(sweep_id: str, results: str) -> None:
 
     summary = summarize_sweep(results, sweep_id)
     if summary.judged:
-        out.print(verdicts_markdown(summary), markup=False, highlight=False, soft_wrap=True)
+        show(verdicts_markdown(summary))
 
 
 @app.command()
@@ -309,52 +266,8 @@ def topology(
     show(render.topology(topo, cpu_load(window) if sysfs_root.resolve() == Path("/") else {}))
 
 
-@app.command()
-def serve() -> None:
-    """Serve the sweep/manual and sweep/nightly deployments from this process
-    (no work pool or worker needed; a Prefect server must be reachable)."""
-    from flows.serve import serve_deployments
-
-    serve_deployments()
-
-
-@app.command()
-def worker(
-    host: str = typer.Option(..., "--host", callback=host_name, help="this host's name in the fleet, e.g. spr-1"),
-    lock_dir: Path | None = typer.Option(
-        None,
-        "--lock-dir",
-        callback=directory_to_make,
-        help="CPU lock directory (default $OMNI_LOCK_DIR or /tmp/omni-locks)",
-    ),
-    sysfs_root: Path = sysfs_option("plan on this sysfs fixture's topology (placement recorded, not applied)"),
-    heartbeat: int = typer.Option(10, min=1, max=3600, help="seconds between heartbeats; 3 missed: offline"),
-) -> None:
-    """Serve this host in the fleet: publish its facts, then run a Prefect process
-    worker on pool omni polling work queue host-HOST (needs PREFECT_API_URL)."""
-    from omni.fleet import run_worker
-    from omni.schedule import lock_dir as default_lock_dir
-
-    run_worker(host, lock_dir or default_lock_dir(), sysfs_root, heartbeat, say=lambda line: print(line, flush=True))
-
-
-@app.command()
-def hosts(as_json: bool = typer.Option(False, "--json", help="one JSON object per host")) -> None:
-    """The fleet's hosts (omni worker --host), their facts and whether each is alive."""
-    from datetime import datetime
-
-    from prefect.client.orchestration import get_client
-
-    from omni.fleet import read_hosts, require_server
-
-    require_server()
-    with get_client(sync_client=True) as client:
-        states = list(read_hosts(client).values())
-    if as_json:
-        if states:
-            print(render.hosts_json(states))
-        return
-    show(render.hosts(states, datetime.now(UTC)))
+for command in (serve, worker, hosts):  # the commands that work through a Prefect server
+    app.command()(command)
 
 
 @app.command()
@@ -388,9 +301,9 @@ def summary(
     from omni.summary import focus, summarize_sweep
 
     result = summarize_sweep(results, sweep_id, include_retracted)
-    out.print(summary_markdown(focus(result, metric)), markup=False, highlight=False, soft_wrap=True)
+    show(summary_markdown(focus(result, metric)))
     paths = write_outputs(results, result, html_report(result, sweep_history(results, result, include_retracted)))
-    out.print(f"written: {paths['md']}, {paths['json']}, {paths['html']}", highlight=False, soft_wrap=True)
+    show(f"written: {paths['md']}, {paths['json']}, {paths['html']}")
 
 
 @app.command()
@@ -438,12 +351,7 @@ def compare(
     from omni.compare import compare_sweeps
     from omni.report import comparison_markdown
 
-    out.print(
-        comparison_markdown(compare_sweeps(results, before, after, include_retracted, metric)),
-        markup=False,
-        highlight=False,
-        soft_wrap=True,
-    )
+    show(comparison_markdown(compare_sweeps(results, before, after, include_retracted, metric)))
 
 
 @app.command()
@@ -463,7 +371,7 @@ def regressions(
     from omni.report import changes_markdown
 
     changes, order = nightly_changes(results, sweep_name, window, min_history, include_retracted=include_retracted)
-    out.print(changes_markdown(sweep_name, changes, order), markup=False, highlight=False, soft_wrap=True)
+    show(changes_markdown(sweep_name, changes, order))
     if any(c.kind == "regression" and c.sweep_id == order[-1] for c in changes):
         raise typer.Exit(EXIT_RUNS_FAILED)
 
@@ -492,7 +400,7 @@ def calibrate(
 
     ids = list(from_sweep or [])
     for k in range(0 if ids else sweeps):
-        out.print(f"calibration sweep {k + 1} of {sweeps}: {spec}", highlight=False)
+        show(f"calibration sweep {k + 1} of {sweeps}: {spec}")
         ids.append(run_local_sweep(spec, passes, results, force))
     path = calibrate_from(results, ids)
     show(render.calibration(json.loads(path.read_text()), ids, path))
@@ -521,9 +429,8 @@ def compact(
         parts += [f for f in [consolidate(results)] if f is not None]
     else:
         parts = compact_all(results)
-    for part in parts:
-        out.print(f"wrote {part}", highlight=False)
-    out.print(f"{len(parts)} file(s) written; every other sweep was compacted already", highlight=False)
+    show("\n".join(f"wrote {part}" for part in parts))
+    show(f"{len(parts)} file(s) written; every other sweep was compacted already")
 
 
 @app.command()
@@ -545,7 +452,7 @@ def retract(
 
         known = retracted_runs(results)
         reasons = sorted({known[r] for r in resolve_target(results, target)[2]})
-        out.print(f"{target} is retracted already ({'; '.join(reasons)}): nothing recorded", highlight=False)
+        show(f"{target} is retracted already ({'; '.join(reasons)}): nothing recorded")
         return
     row = load_retractions(results).set_index("retraction_id").loc[path.stem]
     show(render.retraction(row, path))
@@ -617,93 +524,9 @@ def call_flow(sweep_flow, **params) -> dict:
     return summary
 
 
-stack_app = typer.Typer(
-    no_args_is_help=True, help="docker-compose's stack without containers (PostgreSQL + Prefect server + S3)."
-)
 app.add_typer(stack_app, name="stack")
-
-
-@stack_app.command("up")
-def stack_up() -> None:
-    """Start PostgreSQL, a Prefect server on it and SeaweedFS's S3, as docker-compose.yml configures them."""
-    from omni import stack
-
-    added = stack.complete_env_file()
-    if added:
-        err.print(
-            f"{stack.ENV_FILE}: added {', '.join(added)} from {stack.ENV_EXAMPLE.name} "
-            "(written by an older omni; secrets random)",
-            highlight=False,
-            soft_wrap=True,
-        )
-    url = stack.up()
-    s3 = stack.s3_settings()
-    # unwrapped: the lines are commands and addresses to copy
-    out.print(f"prefect server at {url}; use it with: export PREFECT_API_URL={url}", highlight=False, soft_wrap=True)
-    out.print(
-        f"s3 at {s3['endpoint_url']}, bucket {s3['bucket']}; keys AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY "
-        f"in {stack.ENV_FILE}",
-        highlight=False,
-        soft_wrap=True,
-    )
-
-
-@stack_app.command("down")
-def stack_down() -> None:
-    """Stop what `omni stack up` started."""
-    from omni import stack
-
-    out.print("stopped: " + (", ".join(stack.down()) or "nothing was running"), highlight=False)
-
-
-@stack_app.command("status")
-def stack_status() -> None:
-    from omni import stack
-
-    show(render.key_values(stack.status()))
-
-
-env_app = typer.Typer(no_args_is_help=True, help="Engine environments (.venvs/<name>).")
-models_app = typer.Typer(no_args_is_help=True, help="Deterministic models (no hub, no downloads).")
 app.add_typer(env_app, name="env")
 app.add_typer(models_app, name="models")
-
-
-@env_app.command("list")
-def env_list() -> None:
-    """Declared engine envs and whether each is built and current."""
-    from omni.envs import ENVS, env_info, read_stamp
-    from omni.sweep import REPO_ROOT
-
-    show(render.env_list((n, env_info(REPO_ROOT, n), bool(read_stamp(REPO_ROOT, n))) for n in sorted(ENVS)))
-
-
-@env_app.command("build")
-def env_build(name: str = typer.Argument(..., help="env name, see omni env list")) -> None:
-    """Build (or complete) an engine env; a no-op when it is current."""
-    from omni.envs import ensure_env
-    from omni.sweep import REPO_ROOT
-
-    info = ensure_env(REPO_ROOT, name)
-    out.print(f"{name}: {info.python} (key {info.key}, freeze sha256 {info.freeze_sha256})", highlight=False)
-
-
-@models_app.command("make")
-def models_make(
-    preset: str = typer.Argument(..., help="shape preset, e.g. tiny-llama"),
-    out_dir: Path | None = typer.Option(
-        None, "--out", callback=directory_to_make, help="directory (default models/PRESET)"
-    ),
-) -> None:
-    """Write the preset's HF directory and GGUF files; print their digests."""
-    from omni.models import PRESETS
-    from omni.resources import make_model
-    from omni.sweep import REPO_ROOT
-
-    if preset not in PRESETS:
-        raise OmniError(f"unknown preset {preset!r}; known: {', '.join(PRESETS)}")
-    manifest = make_model(REPO_ROOT, preset, out_dir.resolve() if out_dir else None)
-    show(render.model_made(preset, manifest))
 
 
 def main() -> None:
