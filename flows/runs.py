@@ -13,10 +13,11 @@ from prefect import get_run_logger, task
 from prefect.cache_policies import NONE
 from prefect.runtime import flow_run
 
+from omni.engine_process import RUNS
 from omni.errors import disk_full
 from omni.plan import PlanItem
 from omni.reaper import watch_parent
-from omni.runner import RUNS, RunContext
+from omni.runner import RunContext
 from omni.schedule import dispatch
 from omni.sweep import SKIPPED, item_outcome, row_outcome, run_and_store
 
@@ -59,7 +60,7 @@ def run_items(prepared) -> list[dict]:
     TerminationSignal, Ctrl-C as KeyboardInterrupt), it stops every run still
     going before it lets go: their engines are reaped and they store no row,
     before Prefect records the state, within the worker's grace
-    (omni.runner.LiveRuns says what happened without it).
+    (omni.engine_process.LiveRuns says what happened without it).
     """
     RUNS.reopen()
     try:

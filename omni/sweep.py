@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from omni import REPO_ROOT
+from omni.engine_process import engine_argv
 from omni.errors import OmniError
 from omni.objstore import ResultsPath, S3Path, local_copy, results_root, write_text_once
 from omni.plan import PlanItem, SlotOverride, new_sweep_id, plan_sweep, sweep_slots
@@ -21,7 +22,7 @@ from omni.progress import BOARD
 from omni.provenance import collect_host_provenance
 from omni.request import SweepRequest
 from omni.resources import ArmResources, resolve_all
-from omni.runner import SIDE_KEYS, RunContext, engine_argv, run_arm, run_workdir
+from omni.runner import SIDE_KEYS, RunContext, run_arm, run_workdir
 from omni.schedule import claim_run, hold_cpus, run_concurrently
 from omni.spec import LoadedSpec, load_spec
 from omni.store import load_runs, run_path, stored_run_ids, write_run, write_side_table

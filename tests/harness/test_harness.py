@@ -98,7 +98,7 @@ def test_busy_cores_refuse_then_force_runs(tmp_path, hog):
 
 
 def test_without_numactl_affinity_is_set_and_recorded(tmp_path, monkeypatch):
-    monkeypatch.setattr("omni.runner.numactl_path", lambda: None)
+    monkeypatch.setattr("omni.engine_process.numactl_path", lambda: None)
     row = run_all(tmp_path, [synthetic("plain", procs=2)], slots={"cpus": "0"})["plain"]
     assert row["status"] == "ok"
     assert row["binding_method"] == "sched_setaffinity"
