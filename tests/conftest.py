@@ -8,6 +8,7 @@ folder's name, so ``-m unit`` or ``pytest tests/unit`` pick the same tests.
 
 from __future__ import annotations
 
+import inspect
 import os
 import subprocess
 import sys
@@ -112,6 +113,13 @@ def hog():
 
     yield start
     reap_run(tag, grace_s=0.5)
+
+
+def reap_budget_s(grace_s: float | None = None) -> float:
+    """The longest ``reap_run`` takes by its own contract: its SIGTERM grace, then
+    its SIGKILL scans. A bound a test derives from the code, not from this host's speed."""
+    defaults = inspect.signature(reap_run).parameters
+    return (defaults["grace_s"].default if grace_s is None else grace_s) + defaults["limit_s"].default
 
 
 def run_env(run_id: str) -> dict[str, str]:

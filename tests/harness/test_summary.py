@@ -17,9 +17,9 @@ from PIL import Image
 from omni.compare import compare_sweeps, nightly_changes, sweep_history
 from omni.report import VERDICT_COLORS, comparison_markdown, summary_markdown
 from omni.report_html import html_report
+from omni.store import load_runs
 from omni.summary import summarize_sweep
 from tests.conftest import omni
-from tests.harness.test_cli import omni
 from tests.rows import store_sweep
 
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
@@ -181,7 +181,15 @@ def test_compare_names_the_arm_made_slower_and_no_other(tmp_path):
     shown = comparison_markdown(result)
     large, small = (result.judged[(arm, "decode_tok_s")].comparison for arm in ("large", "small"))
     print("\n".join(line for line in shown.splitlines() if "decode_tok_s" in line))
-    assert large.verdict == "worse" and not large.below_min_effect and 0.75 < large.ratio < 0.85, shown
+    assert large.verdict == "worse" and not large.below_min_effect, shown
+    # the slowdown as this host ran it: each step of large sleeps 1 ms more on top of the step the first
+    # sweep measured (sleep overshoot and loop overhead grow on a loaded host), and small, unchanged,
+    # shows how that overhead drifted between the sweeps
+    tpot = load_runs(results).groupby(["sweep_id", "arm"])["tpot_ms"].median()
+    before, after = ids
+    drift_ms = tpot[(after, "small")] - tpot[(before, "small")]
+    expected = tpot[(before, "large")] / (tpot[(before, "large")] + 1.0 + drift_ms)
+    assert abs(large.ratio - expected) <= max(0.03, large.ci_high - large.ci_low), (large.ratio, expected, shown)
     assert small.verdict not in ("better", "worse") or small.below_min_effect, shown
     for metric in ("rss_anon_steady_mb", "pss_anon_steady_mb"):
         for arm in ("small", "large"):

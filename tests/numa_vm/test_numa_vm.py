@@ -70,11 +70,11 @@ def test_both_slots_ran_at_the_same_time(guest):
     makespan = (rows["finished_at"].max() - rows["started_at"].min()).total_seconds()
     busy = {node: sum((end - start).total_seconds() for start, end in span) for node, span in spans.items()}
     ratio = makespan / max(busy.values())
-    print(
-        f"numa-vm makespan {makespan:.1f} s, ideal {max(busy.values()):.1f} s: {ratio:.2f} x; serial would be "
-        f"{sum(busy.values()) / max(busy.values()):.2f} x"
-    )
-    assert ratio < 1.5, (makespan, busy)
+    serial = sum(busy.values()) / max(busy.values())
+    print(f"numa-vm makespan {makespan:.1f} s, ideal {max(busy.values()):.1f} s: {ratio:.2f} x; serial {serial:.2f} x")
+    # nearer side by side (1 x) than one after the other, as this guest ran them: a starved guest
+    # stretches both the makespan and the runs it is measured against
+    assert ratio < (1 + serial) / 2, (makespan, busy)
 
 
 def test_runs_that_escape_their_binding_are_invalid_and_named(guest):
