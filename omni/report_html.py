@@ -47,6 +47,11 @@ RATIO_TICKS = (
 )
 
 
+def preload() -> None:
+    """Import and set up matplotlib now (half a second), while something else is waited for."""
+    _pyplot()
+
+
 def _pyplot():
     import matplotlib
 
