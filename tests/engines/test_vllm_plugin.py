@@ -1,6 +1,6 @@
 """omni's vLLM plugin in the real vLLM env: each patch fails its test with the patch off and
-passes with it on, on the tiny model in the real vLLM env; and, sharing their
-runs, a KV budget too small for any block."""
+passes with it on, on the tiny model; and a KV budget too small for any block. The KV and
+memory tests read their rows from the shared eager sweep (conftest.py)."""
 
 from __future__ import annotations
 
@@ -14,23 +14,9 @@ import pytest
 
 from omni.request import SweepRequest
 from omni.store import load_runs
-from omni.sweep import prepare_sweep, run_and_store, run_sweep_items
+from omni.sweep import prepare_sweep, run_and_store
 from omni.vllm_plugin import names
-from omni.vllm_plugin.patch import RETAINING_MALLOC
-from tests.engines.arms import SIDE_BY_SIDE, TINY, VLLM_PY, write_spec
-
-GiB, MiB = 1 << 30, 1 << 20
-VLLM_ARM = {
-    "engine": "vllm",
-    "model": "tiny-llama",
-    "compile_mode": "eager",
-    "context_len": 192,
-    "prompt_len": 64,
-    "max_tokens": 8,
-    "batch_size": 2,
-    "kv_cache_bytes": 256 * MiB,
-    "patches": "none",
-}  # stock unless a test asks for a patch
+from tests.engines.arms import TINY, VLLM_ARM, VLLM_PY, GiB, MiB, write_spec
 
 
 @pytest.mark.engines
@@ -53,13 +39,6 @@ def run_arms(tmp_path, arms: list[dict]) -> dict[str, dict]:
     return {item.arm.name: run_and_store(prepared.context, item) for item in prepared.items}
 
 
-def run_arms_side_by_side(tmp_path, arms: list[dict]) -> dict[str, dict]:
-    prepared = prepare_sweep(
-        SweepRequest(spec=write_spec(tmp_path, arms, **SIDE_BY_SIDE), results=tmp_path / "results")
-    )
-    return {row["arm"]: row for row in run_sweep_items(prepared)}
-
-
 def report_of(row: dict) -> list[dict]:
     report = row["patch_report"]
     return json.loads(report) if isinstance(report, str) else report
@@ -69,41 +48,10 @@ def statuses(row: dict, patch: str) -> set[str]:
     return {proc["patches"][patch]["status"] for proc in report_of(row) if patch in proc["patches"]}
 
 
-# One int4 arm three ways, shared by the KV and the memory tests: a vLLM
-# launch costs a minute or more on 2 cores, and each patch is still judged
-# against a run that differs from it by that patch alone. Stock vs kv: the
-# KV patch; kv vs kv-release: the memory patch, at the same 256 MiB of KV.
-# VLLM_CPU_KVCACHE_SPACE=1 (GiB): the legacy variable a shared host may export.
-INT4_ARM = {
-    **VLLM_ARM,
-    "quantization": "cpu_int4",
-    "params": {"int4_group_size": 32},
-    "env": {**RETAINING_MALLOC, "VLLM_CPU_KVCACHE_SPACE": "1"},
-}
-# A KV budget no block fits in, beside them: on two slots, four runs take as long as three.
-TINY_KV_ARM = {
-    "engine": "vllm",
-    "model": "tiny-llama",
-    "compile_mode": "eager",
-    "prompt_len": 128,
-    "max_tokens": 64,
-    "batch_size": 4,
-    "context_len": 192,
-    "kv_cache_bytes": 4096,
-}
-
-
-@pytest.fixture(scope="module")
-def eager_rows(tmp_path_factory) -> dict[str, dict]:
-    return run_arms_side_by_side(
-        tmp_path_factory.mktemp("eager"),
-        [
-            {**INT4_ARM, "name": "stock"},
-            {**INT4_ARM, "name": "kv", "patches": ["explicit_kv_cache_memory"]},
-            {**INT4_ARM, "name": "kv-release", "patches": ["explicit_kv_cache_memory", "release_memory_after_load"]},
-            {**TINY_KV_ARM, "name": "tiny-kv"},
-        ],
-    )
+@pytest.fixture
+def eager_rows(eager_vllm) -> dict[str, dict]:
+    """The int4 arm three ways and a KV budget no block fits in, from the shared eager sweep."""
+    return {arm: eager_vllm.row(arm) for arm in ("stock", "kv", "kv-release", "tiny-kv")}
 
 
 @pytest.mark.engines
