@@ -143,12 +143,54 @@ def _tail(path: Path, lines: int = 15) -> str:
     return "\n".join(line for line in text if "is ignored: it is neither" not in line)[-2000:] if text else ""
 
 
+# A clean clone (CI's is one) would spend two minutes of pip on the vLLM env
+# alone: each env built is kept once per machine under its key, and a clone's
+# build starts from a hard-linked copy of it (seconds). pip then finds every
+# requirement met and installs this checkout's omni, which it writes as new
+# files, so the kept copy is never written through. Empty: no cache.
+ENV_CACHE_VAR = "OMNI_ENV_CACHE"
+
+
+def env_cache(name: str, spec: EnvSpec) -> Path | None:
+    root = os.environ.get(ENV_CACHE_VAR, str(Path.home() / ".cache" / "omni" / "envs"))
+    return Path(root) / f"{name}-{spec.key()}" if root else None
+
+
+def link_tree(source: Path, target: Path) -> bool:
+    """Hard-link ``source``'s files into a new ``target`` (cp -al); False, and
+    no ``target``, where that cannot be done (another file system)."""
+    done = subprocess.run(["cp", "-al", str(source), str(target)], capture_output=True).returncode == 0
+    if not done:
+        shutil.rmtree(target, ignore_errors=True)
+    return done
+
+
+def keep_env(built: Path, cached: Path) -> None:
+    """Keep a built env under its key, whole or not at all (a rename)."""
+    if cached.exists():
+        return
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    partial = cached.with_name(f"{cached.name}.{os.getpid()}.partial")
+    if link_tree(built, partial):
+        try:
+            partial.rename(cached)
+        except OSError:  # another build kept it first
+            shutil.rmtree(partial, ignore_errors=True)
+
+
+def write_new(path: Path, text: str) -> None:
+    """Write ``path`` as a new file: one hard-linked from the kept copy is not written through."""
+    path.unlink(missing_ok=True)
+    path.write_text(text)
+
+
 def build_env(repo_root: Path, name: str) -> EnvInfo:
     """Build ``.venvs/<name>``; the stamp is written last.
 
     A stale env (declared differently) is removed first; one without a stamp
     (an interrupted build) or with an older omni pyproject (new entry points)
-    is completed in place, pip being idempotent.
+    is completed in place, pip being idempotent. A missing env starts from the
+    machine's kept copy of the same declaration, if there is one.
     """
     spec = env_spec(name)
     target = env_dir(repo_root, name)
@@ -157,6 +199,9 @@ def build_env(repo_root: Path, name: str) -> EnvInfo:
     if stamp is not None and stamp.get("key") != spec.key():
         shutil.rmtree(target)
     target.parent.mkdir(parents=True, exist_ok=True)
+    cached = env_cache(name, spec)
+    if cached and cached.is_dir() and not target.exists():
+        link_tree(cached, target)
     started = time.monotonic()
     env = {**os.environ, **spec.build_env}
     python = target / "bin" / "python"
@@ -175,7 +220,7 @@ def build_env(repo_root: Path, name: str) -> EnvInfo:
             f"engine env {name!r} failed to build ({err}); full log: {log_path}\n{_tail(log_path)}"
         ) from None
     freeze = subprocess.run([str(python), "-m", "pip", "freeze"], capture_output=True, text=True, check=True).stdout
-    (target / "freeze.txt").write_text(freeze)
+    write_new(target / "freeze.txt", freeze)
     stamp = {
         "key": spec.key(),
         "freeze_sha256": engine_freeze_sha256(freeze, repo_root),
@@ -184,7 +229,9 @@ def build_env(repo_root: Path, name: str) -> EnvInfo:
         "spec": asdict(spec),
         "omni_pyproject": omni_metadata_sha(repo_root),
     }
-    (target / STAMP).write_text(json.dumps(stamp, indent=1, sort_keys=True))
+    write_new(target / STAMP, json.dumps(stamp, indent=1, sort_keys=True))
+    if cached:
+        keep_env(target, cached)
     return env_info(repo_root, name)
 
 

@@ -1,0 +1,41 @@
+"""The machine's kept copies of built engine envs: a clone's env is hard-linked from one, whole or
+not at all, and what the build writes afterwards never goes through to the kept copy."""
+
+from __future__ import annotations
+
+from omni import envs
+
+
+def fake_env(root):
+    (root / "bin").mkdir(parents=True)
+    (root / "bin" / "python").symlink_to("/usr/bin/python3")
+    (root / "lib.py").write_text("shared")
+    (root / "freeze.txt").write_text("torch==2.9\n")
+    return root
+
+
+def test_a_kept_env_is_linked_whole_and_a_rebuild_writes_new_files(tmp_path):
+    built = fake_env(tmp_path / "clone-a" / "vllm")
+    kept = tmp_path / "cache" / "vllm-0123"
+    envs.keep_env(built, kept)
+    assert (kept / "lib.py").stat().st_ino == (built / "lib.py").stat().st_ino  # linked, not copied
+    assert (kept / "bin" / "python").is_symlink() and not list(kept.parent.glob("*.partial"))
+    clone = tmp_path / "clone-b" / "vllm"
+    clone.parent.mkdir()
+    assert envs.link_tree(kept, clone) and (clone / "lib.py").read_text() == "shared"
+    envs.write_new(clone / "freeze.txt", "torch==2.9\n-e /clone-b\n")
+    assert (kept / "freeze.txt").read_text() == "torch==2.9\n"  # the kept copy is not written through
+    envs.keep_env(clone, kept)  # kept already: left as it is
+    assert (kept / "freeze.txt").read_text() == "torch==2.9\n"
+
+
+def test_a_tree_that_cannot_be_linked_leaves_nothing(tmp_path):
+    assert not envs.link_tree(tmp_path / "missing", tmp_path / "target")
+    assert not (tmp_path / "target").exists()
+
+
+def test_an_empty_cache_setting_turns_the_cache_off(monkeypatch):
+    monkeypatch.setenv(envs.ENV_CACHE_VAR, "")
+    assert envs.env_cache("llamacpp", envs.env_spec("llamacpp")) is None
+    monkeypatch.setenv(envs.ENV_CACHE_VAR, "/kept")
+    assert str(envs.env_cache("llamacpp", envs.env_spec("llamacpp"))).startswith("/kept/llamacpp-")
