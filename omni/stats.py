@@ -25,7 +25,7 @@ compared data itself, hierarchically: the between-run variance of run
 values, floored per side by the variance of a run's median that the spread
 of its own iterations implies. At 3-5 passes it stays honest where
 a bootstrap does not: over A/A comparisons of log-normal data, 3.6 % false
-positives at 3 passes (tests/test_stats.py simulates it), where a percentile
+positives at 3 passes (tests/unit/test_stats.py simulates it), where a percentile
 bootstrap of the ratio of medians gave 8 % when the rule was chosen.
 """
 

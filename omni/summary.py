@@ -481,7 +481,7 @@ def prompt_audit(judged: dict, replicas: list[str], baseline: str | None, metric
 
     Failed only when the whole interval lies beyond +-min_effect, not when it
     merely excludes 1: the audit checks every metric at once, and at about 4 %
-    A/A false positives per metric (tests/test_stats.py) "excludes 1" would
+    A/A false positives per metric (tests/unit/test_stats.py) "excludes 1" would
     condemn an honest arm in about one audit of six on correlated metrics."""
     out = []
     for arm in replicas:

@@ -16,7 +16,7 @@ missing=()
 command -v numactl >/dev/null || missing+=(numactl)
 command -v pg_ctlcluster >/dev/null || missing+=(postgresql)
 command -v chromium >/dev/null || missing+=(chromium)  # renders the HTML report in a test
-# the two-node QEMU guest of tests/test_numa_vm.py (virtme-ng boots a Debian
+# the two-node QEMU guest of tests/numa_vm/test_numa_vm.py (virtme-ng boots a Debian
 # kernel over this root filesystem; busybox is its initramfs shell)
 command -v qemu-system-x86_64 >/dev/null || missing+=(qemu-system-x86)
 compgen -G "/boot/vmlinuz-*" >/dev/null || missing+=(linux-image-amd64)
