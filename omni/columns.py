@@ -286,7 +286,7 @@ COLUMNS: tuple[Column, ...] = (
             _STR,
             None,
             "behaviour-changing environment variables of the engine process: what omni "
-            "passed and the engine set (v4; before, the orchestrator's), JSON",
+            "passed and the engine set (v4; v2-v3 rows hold the orchestrator's), JSON",
             _JSON,
         ),
         ("started_at", _TIME, None, "when the run started"),
@@ -299,7 +299,7 @@ COLUMNS: tuple[Column, ...] = (
             _STR,
             None,
             "sha256 of the engine env's pip freeze less omni's own editable "
-            "install (v2; v4: before, omni's line was in it, so it moved with every omni commit)",
+            "install (v2; v2-v3 rows include omni's own line, so they differ with every omni commit)",
         ),
         (
             "engine_config",

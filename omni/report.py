@@ -10,6 +10,7 @@ import math
 from dataclasses import asdict
 from pathlib import Path
 
+from omni import units
 from omni.compare import Change, SweepComparison
 from omni.objstore import ResultsPath, results_root
 from omni.summary import Judged, SweepSummary, untrusted
@@ -18,10 +19,10 @@ VERDICT_COLORS = {"better": "#1a7f37", "worse": "#cf222e", "equivalent": "#57606
 
 
 def format_number(value: float | None) -> str:
-    """Four significant digits; ``-`` for a missing value."""
+    """Four significant digits, never in scientific notation (omni.units); ``-`` for a missing value."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
-    return f"{value:.4g}"
+    return units.number(value)
 
 
 def verdict_text(judged: Judged) -> str:

@@ -39,7 +39,7 @@ from omni.spec.models import (
 )
 from omni.spec.problems import Lines, describe
 from omni.spec.source import SUFFIXES, read_spec
-from omni.spec.sweep import CONTROL_SUFFIX, Sweep, expanded_arms_table
+from omni.spec.sweep import CONTROL_SUFFIX, Sweep
 
 __all__ = [
     "CONTROL_SUFFIX",
@@ -58,7 +58,6 @@ __all__ = [
     "VllmParams",
     "arm_hash",
     "canonical_arm_json",
-    "expanded_arms_table",
     "load_spec",
     "validate_sweep",
 ]

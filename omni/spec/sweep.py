@@ -19,7 +19,7 @@ from typing import Any
 from pydantic import Field, ValidationError, field_validator
 
 from omni.spec.matrix import merge_matrix, relocate
-from omni.spec.models import Arm, Hosts, Name, SlotRequest, SpecModel, arm_hash
+from omni.spec.models import Arm, Hosts, Name, SlotRequest, SpecModel
 from omni.spec.problems import Problem, plain_text, problem, validation_error
 
 CONTROL_SUFFIX = ".control"
@@ -127,31 +127,3 @@ class Sweep(SpecModel):
             names = ", ".join(a.name for a in self.arms)
             problems.append((("baseline",), f"no arm is named {self.baseline!r} (arms: {names})"))
         return problems
-
-
-# --- display ---
-
-
-def expanded_arms_table(sweep: Sweep) -> list[dict[str, Any]]:
-    """One row per arm, matrix arms included, for ``omni validate`` to print."""
-    return [
-        {
-            "name": arm.name,
-            "engine": arm.engine,
-            "engine_env": arm.engine_env,
-            "model": arm.model,
-            "prompt_len": arm.prompt_len,
-            "max_tokens": arm.max_tokens,
-            "batch_size": arm.batch_size,
-            "threads": arm.threads,
-            "params": _params_summary(arm),
-            "hash": arm_hash(arm)[:12],
-        }
-        for arm in sweep.arms
-    ]
-
-
-def _params_summary(arm: Arm) -> str:
-    """Params that differ from the engine's defaults: ``mem_mb=64.0 procs=2``."""
-    defaults = type(arm.engine_params())().model_dump()
-    return " ".join(f"{k}={v}" for k, v in arm.params.items() if defaults.get(k) != v)

@@ -17,7 +17,6 @@ from omni.spec import (
     SyntheticParams,
     arm_hash,
     canonical_arm_json,
-    expanded_arms_table,
     load_spec,
     validate_sweep,
 )
@@ -154,14 +153,6 @@ def test_default_and_explicit_zero_hash_alike():
     assert arm_hash(Arm(name="a", engine="synthetic")) == arm_hash(
         Arm(name="a", engine="synthetic", params={"mem_mb": 0, "load_s": 0})
     )
-
-
-def test_expanded_arms_table(tmp_path):
-    rows = expanded_arms_table(load_spec(write(tmp_path, MATRIX_YAML)).sweep)
-    assert [r["name"] for r in rows][:2] == ["plain", "mem0-t1"]
-    assert rows[0]["params"] == "" and rows[4]["params"] == "mem_mb=512.0 procs=3"
-    wanted = {"name", "engine", "engine_env", "model", "prompt_len", "max_tokens", "batch_size", "threads"}
-    assert set(rows[0]) >= wanted
 
 
 def test_validate_sweep_from_dict_names_the_field():
