@@ -9,7 +9,11 @@ run against that run's engine alone, side by side.
   report, the printed table and verdicts.
 
 Each side starts once the slot's CPU locks are free (another sweep on this
-host holds them while its run goes on: the wait is not omni's fixed cost).
+host holds them while its run goes on: the wait is not omni's fixed cost)
+and its CPUs are quiet. The sweep's time is also split at its row's
+``started_at`` and ``finished_at``: before the run (server, imports, plan,
+flow run), the run (busy check and engine), after it (summary, report,
+artifacts, the printed table, the server's stop).
 
 ``--pairs`` pairs, the order flipped every other pair so drift on a shared
 host falls on both; each sweep writes to a fresh results directory (its
@@ -39,10 +43,12 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from omni.placement import measure_busy  # noqa: E402
 from omni.schedule import hold_cpus  # noqa: E402
 from omni.store import load_runs  # noqa: E402
 
 OMNI = str(REPO / ".venv" / "bin" / "omni")
+BUSY_PCT = 50.0  # a spec's default busy_threshold_pct
 
 
 def one_run_spec(folder: Path) -> Path:
@@ -54,23 +60,38 @@ def one_run_spec(folder: Path) -> Path:
     return path
 
 
-def timed_sweep(omni: list[str], spec: Path, results: Path) -> float:
-    start = time.monotonic()
+def timed_sweep(omni: list[str], spec: Path, results: Path) -> tuple[float, float, float]:
+    """Wall seconds of one ``omni sweep``, and of them, those before its run
+    began (the row's started_at: the busy check and the engine follow) and
+    after it ended (finished_at)."""
+    start = time.time()
     done = subprocess.run(
         [*omni, "sweep", str(spec), "--results", str(results), "--force"],
         cwd=REPO,
         capture_output=True,
         text=True,
     )
-    took = time.monotonic() - start
+    end = time.time()
     if done.returncode != 0:
         sys.exit(f"omni sweep exited {done.returncode}:\n{done.stderr[-3000:]}")
-    return took
+    row = newest_run(results)
+    return end - start, row["started_at"].timestamp() - start, end - row["finished_at"].timestamp()
 
 
-def stored_run(results: Path) -> dict:
-    (row,) = load_runs(results).to_dict("records")
-    return row
+def newest_run(results: Path) -> dict:
+    return load_runs(results).sort_values("finished_at").iloc[-1].to_dict()
+
+
+def wait_quiet(cpus: tuple[int, ...], limit_s: float = 600) -> None:
+    """Until the slot's CPU locks are free (another sweep on this host holds
+    them while its run goes on) and its CPUs are under omni's busy threshold."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        with hold_cpus(cpus):
+            pass
+        if measure_busy(list(cpus), 1.0).max_pct <= BUSY_PCT:
+            return
+    print(f"  (CPUs {cpus} still busy after {limit_s:.0f} s: measuring anyway)", flush=True)
 
 
 def engine_command(row: dict, folder: Path) -> list[str]:
@@ -110,29 +131,32 @@ def main() -> None:
         folder = Path(tmp)
         spec = one_run_spec(folder)
         shared = folder / "results"
-        warm = timed_sweep(omni, spec, shared)  # also fills the OS's caches and Prefect's database
-        row = stored_run(shared)
+        warm, _, _ = timed_sweep(omni, spec, shared)  # also fills the OS's caches and Prefect's database
+        row = newest_run(shared)
         argv, cpus = engine_command(row, folder), tuple(row["cpus"])
         print(f"warm-up sweep {warm:.2f} s; engine: {' '.join(argv)}")
-        engine, sweep = [], []
+        engine, sweep, before, after = [], [], [], []
         for pair in range(args.pairs):
             results = shared if args.same_results else folder / f"results-{pair}"
             order = ("engine", "sweep") if pair % 2 == 0 else ("sweep", "engine")
             took = {}
             for side in order:
-                with hold_cpus(cpus):  # another sweep on this host running there: wait for its run to end
-                    pass
+                wait_quiet(cpus)
                 took[side] = timed_engine(argv) if side == "engine" else timed_sweep(omni, spec, results)
             engine.append(took["engine"])
-            sweep.append(took["sweep"])
+            wall, pre, post = took["sweep"]
+            sweep.append(wall)
+            before.append(pre)
+            after.append(post)
             print(
-                f"pair {pair + 1} ({' then '.join(order)}): engine {took['engine']:.2f} s, sweep {took['sweep']:.2f} s, "
-                f"difference {took['sweep'] - took['engine']:.2f} s",
+                f"pair {pair + 1} ({' then '.join(order)}): engine {took['engine']:.2f} s, sweep {wall:.2f} s "
+                f"({pre:.2f} s before its run, {post:.2f} s after), difference {wall - took['engine']:.2f} s",
                 flush=True,
             )
     diffs = [s - e for s, e in zip(sweep, engine)]
     print(f"engine alone: median {spread(engine)}")
     print(f"omni sweep:   median {spread(sweep)}")
+    print(f"  before its run (started_at): {spread(before)}; after it (finished_at): {spread(after)}")
     print(f"difference (sweep - engine, per pair): median {spread(diffs)}")
     print(f"ratio of the medians: x{statistics.median(sweep) / statistics.median(engine):.2f}")
 
