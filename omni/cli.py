@@ -251,10 +251,12 @@ def run_sweep_flow(sweep_flow, prepared) -> None:
             print_arm_table(summary["sweep_id"], results)
             print_verdicts(summary["sweep_id"], results)
         out.print(f"rows in {rows}")
-        for line in summary.get("lost", []):
-            err.print(line, markup=False, highlight=False, soft_wrap=True)
         for failed in summary["failed"]:
             err.print(f"run {failed['run_id']} ({failed['arm']}) {failed['status']}: {failed['error']}", markup=False)
+    # what a lost host left undone and how to finish it, in every mode: with
+    # --json or --quiet Prefect's own INFO line carrying it is not shown
+    for line in summary.get("lost", []):
+        err.print(line, markup=False, highlight=False, soft_wrap=True)
     if summary["failed"]:
         raise typer.Exit(EXIT_RUNS_FAILED)
 

@@ -21,7 +21,7 @@ SLOTS = [Slot(0, 0, (0, 1), (0,)), Slot(1, 1, (2, 3), (1,))]
 
 
 @pytest.mark.slow
-def test_two_fixture_slots_run_at_once_one_run_each(tmp_path):
+def test_two_fixture_slots_run_at_once_one_run_at_a_time_each(tmp_path):
     """Placement from the 2-socket fixture (not applied: this host lacks those
     CPUs), timing real: runs on the two slots overlap, runs on one never do."""
     root = xeon_8480c_2s(tmp_path / "sysfs")
@@ -30,12 +30,15 @@ def test_two_fixture_slots_run_at_once_one_run_each(tmp_path):
     prepared = prepare_sweep(SweepRequest(spec=spec, results=tmp_path / "results", sysfs_root=root))
     rows = pd.DataFrame(run_sweep_items(prepared))
     assert (rows["status"] == "ok").all(), rows["error"].tolist()
-    assert sorted(rows["slot_index"]) == [0, 0, 1, 1]
+    # a run goes to whichever slot frees first: on a loaded host one slot may
+    # take three of the four, so only "both were used" is asked of the split
+    assert set(rows["slot_index"]) == {0, 1}
     for slot, node, cpus in ((0, 0, "0-27"), (1, 1, "56-83")):
         mine = rows[rows["slot_index"] == slot].sort_values("started_at")
-        assert (mine["numa_node"] == node).all() and (mine["membind"].map(list) == [[node]] * 2).all()
+        assert (mine["numa_node"] == node).all() and (mine["membind"].map(list) == [[node]] * len(mine)).all()
         assert {format_cpulist(c) for c in mine["cpus"]} == {cpus}
-        assert mine["started_at"].iloc[1] >= mine["finished_at"].iloc[0], "one slot ran two runs at once"
+        starts, ends = mine["started_at"].tolist(), mine["finished_at"].tolist()
+        assert all(b >= a for a, b in zip(ends, starts[1:])), "one slot ran two runs at once"
     first = rows.sort_values("started_at").groupby("slot_index").first()
     assert first["started_at"].max() < first["finished_at"].min(), "the slots did not run at the same time"
     assert all("placement_simulated" in rules for rules in rows["warning_rules"])
