@@ -40,9 +40,14 @@ def prefect_api(running_stack):
 
 
 def prefect(url: str, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    return venv_tool("prefect", url, *args, timeout=timeout)
+
+
+def venv_tool(tool: str, url: str, *args: str, timeout: float) -> subprocess.CompletedProcess:
+    """``.venv/bin/<tool> ARGS`` against the Prefect API at ``url``, output captured."""
     env = {**os.environ, "PREFECT_API_URL": url, "COLUMNS": "200"}
     return subprocess.run(
-        [str(REPO / ".venv" / "bin" / "prefect"), *args],
+        [str(REPO / ".venv" / "bin" / tool), *args],
         cwd=REPO,
         env=env,
         capture_output=True,

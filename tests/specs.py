@@ -25,3 +25,14 @@ def synthetic(name: str, **params) -> dict:
         "max_tokens": 8,
         "params": {"work_per_token": 2000, **params},
     }
+
+
+def failing_spec(tmp_path: Path) -> Path:
+    """One pass of a good arm and one whose engine crashes: a sweep with a failed run."""
+    path = tmp_path / "failing.yaml"
+    arms = [
+        {"name": "good", "engine": "synthetic", "params": {"mem_mb": 8}},
+        {"name": "bad", "engine": "synthetic", "params": {"crash": True}},
+    ]
+    path.write_text(yaml.safe_dump({"name": "failing", "passes": 1, "timeout_s": 60, "arms": arms}))
+    return path

@@ -25,6 +25,7 @@ import yaml
 from omni.procfs import read_all
 from omni.store import list_temp_files, load_runs
 from tests.conftest import OMNI, REPO, omni
+from tests.specs import failing_spec
 
 # a test starts up to four sweeps (Prefect's ephemeral server each): about 100 s here, three times that on a
 # loaded host (seen beside a vLLM test), past the default 180 s
@@ -182,20 +183,7 @@ def test_a_sweep_with_a_failed_run_exits_1_naming_it_and_keeps_the_good_row(tmp_
     """Exit codes: 0 every run ok, 1 a run failed (its row stored), 2 user error.
     Click returns a typer.Exit's code without standalone mode: omni once exited
     0 here."""
-    spec = tmp_path / "failing.yaml"
-    spec.write_text(
-        yaml.safe_dump(
-            {
-                "name": "failing",
-                "passes": 1,
-                "timeout_s": 60,
-                "arms": [
-                    {"name": "good", "engine": "synthetic", "params": {"mem_mb": 8}},
-                    {"name": "bad", "engine": "synthetic", "params": {"crash": True}},
-                ],
-            }
-        )
-    )
+    spec = failing_spec(tmp_path)
     results = tmp_path / "results"
     done = omni("sweep", str(spec), "--results", str(results), "--force", "--quiet")
     assert done.returncode == 1, (done.stdout[-2000:], done.stderr[-2000:])

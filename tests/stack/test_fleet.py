@@ -24,7 +24,7 @@ from omni.objstore import storage_options
 from omni.provenance import HOST_VAR
 from omni.reaper import find_run_processes
 from tests.conftest import REPO, xeon_8480c_2s
-from tests.server import FAST, Host, flow_run, run_deployment
+from tests.server import FAST, Host, flow_run, run_deployment, venv_tool
 
 pytestmark = pytest.mark.timeout(600)
 TAG = uuid.uuid4().hex[:6]
@@ -32,15 +32,7 @@ HOST_A, HOST_B = f"fa-{TAG}", f"fb-{TAG}"
 
 
 def omni(url: str, *args: str, timeout: float = 420) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PREFECT_API_URL": url, "COLUMNS": "200"}
-    return subprocess.run(
-        [str(REPO / ".venv" / "bin" / "omni"), *args],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    return venv_tool("omni", url, *args, timeout=timeout)
 
 
 @pytest.fixture(scope="module")

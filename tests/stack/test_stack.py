@@ -12,6 +12,7 @@ import yaml
 from omni import stack
 from tests.conftest import REPO
 from tests.server import flow_run, run_deployment
+from tests.specs import failing_spec
 
 PREFECT_YAML = yaml.safe_load((REPO / "prefect.yaml").read_text())
 EXAMPLE_ENV = stack.read_env_file(stack.ENV_EXAMPLE)
@@ -32,20 +33,7 @@ def test_deployment_runs_from_the_prefect_cli_land_their_rows(prefect_api, worke
     assert set(frame["prefect_flow_run_id"]) == {run_id}
     assert flow_run(prefect_api, run_id).state.type.value == "COMPLETED"
 
-    failing = tmp_path / "failing.yaml"
-    failing.write_text(
-        yaml.safe_dump(
-            {
-                "name": "failing",
-                "passes": 1,
-                "timeout_s": 60,
-                "arms": [
-                    {"name": "good", "engine": "synthetic", "params": {"mem_mb": 8}},
-                    {"name": "bad", "engine": "synthetic", "params": {"crash": True}},
-                ],
-            }
-        )
-    )
+    failing = failing_spec(tmp_path)
     code, run_id, out = run_deployment(
         prefect_api, "sweep/manual", spec=str(failing), results=str(results), force="true"
     )
