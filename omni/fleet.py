@@ -43,6 +43,9 @@ POOL = "omni"  # omni.stack.POOL; prefect.yaml's pool
 QUEUE_PREFIX = "host-"
 VARIABLE_PREFIX = "omni_host_"
 SHARD_DEPLOYMENT = "sweep-shard/fleet"
+# flows/fleet.py sweep_shard's parameters: a deployment registered by another
+# omni (other names) would refuse every part, so it is registered again
+SHARD_PARAMETERS = ("request", "host", "run_ids", "plan_host")
 SYSFS_VAR = "OMNI_SYSFS_ROOT"  # a worker's --sysfs-root, for the shards it runs
 HEARTBEAT_S = 10
 # what split mode needs to be equal across hosts: one plan's passes must be interchangeable
@@ -289,15 +292,17 @@ def run_worker(
 
 def ensure_shard_deployment(client) -> None:
     """prefect.yaml's deployments registered (``prefect deploy --all``) when the
-    shard deployment is missing; their working directory is this checkout."""
+    shard deployment is missing or takes other parameters than this omni's
+    sweep_shard; their working directory is this checkout."""
     import subprocess
     import sys
 
     from prefect.exceptions import ObjectNotFound
 
     try:
-        client.read_deployment_by_name(SHARD_DEPLOYMENT)
-        return
+        deployment = client.read_deployment_by_name(SHARD_DEPLOYMENT)
+        if set((deployment.parameter_openapi_schema or {}).get("properties", {})) == set(SHARD_PARAMETERS):
+            return
     except ObjectNotFound:
         pass
     prefect = Path(sys.executable).with_name("prefect")

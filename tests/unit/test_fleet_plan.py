@@ -162,3 +162,31 @@ def test_a_fleet_on_other_machines_needs_one_shared_store(tmp_path, server):
         prepare_sweep(SweepRequest(spec=spec(tmp_path, {"names": ["a", "far"]}), results=tmp_path / "results"))
     one = prepare_sweep(SweepRequest(spec=spec(tmp_path, {"names": ["a"]}), results=tmp_path / "results"))
     assert one.fleet["hosts"] == ["a"]
+
+
+def test_the_shard_deployment_is_registered_again_when_it_takes_other_parameters(monkeypatch):
+    """A server whose sweep-shard deployment another omni registered (other
+    parameter names) would refuse every part sent to it."""
+    import inspect
+    import subprocess
+    from types import SimpleNamespace
+
+    from flows.fleet import sweep_shard
+    from omni import fleet
+
+    assert tuple(inspect.signature(sweep_shard.fn).parameters) == fleet.SHARD_PARAMETERS
+    deploys = []
+    monkeypatch.setattr(
+        subprocess,
+        "run",
+        lambda argv, **kw: deploys.append(argv) or SimpleNamespace(returncode=0, stdout="", stderr=""),
+    )
+
+    def client(names):
+        schema = {"properties": {n: {} for n in names}}
+        return SimpleNamespace(read_deployment_by_name=lambda name: SimpleNamespace(parameter_openapi_schema=schema))
+
+    fleet.ensure_shard_deployment(client(fleet.SHARD_PARAMETERS))
+    assert deploys == []
+    fleet.ensure_shard_deployment(client(["spec", "passes", "host", "run_ids"]))
+    assert len(deploys) == 1 and deploys[0][-2:] == ["deploy", "--all"]
