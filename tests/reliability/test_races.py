@@ -90,7 +90,8 @@ def test_a_deployment_run_racing_a_cli_run_runs_each_run_once_and_both_complete(
     # the deployment's own account: "N run(s) ok, M skipped (another process ran them)"
     ok, skipped = re.match(r"(\d+) run\(s\) ok(?:, (\d+) skipped)?", state.message).groups()
     assert int(ok) + len(cli_ok) == len(planned), (state.message, cli_runs)  # each run executed once
-    assert int(skipped or 0) == len(planned) - int(ok)
+    # it accounts for the runs left when it planned: those the CLI had stored by then are neither run nor skipped
+    assert int(ok) + int(skipped or 0) <= len(planned), state.message
     rows = load_runs(results)
     assert sorted(rows["run_id"]) == planned and (rows["status"] == "ok").all()
     by_door = rows.groupby("prefect_flow_run_id").size().to_dict()
