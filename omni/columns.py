@@ -27,7 +27,7 @@ import pyarrow as pa
 
 from omni.errors import OmniError
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 
 STATUSES = ("ok", "failed", "timeout", "refused", "invalid")
 BINDING_METHODS = ("numactl", "sched_setaffinity", "none")

@@ -329,6 +329,15 @@ def _v8_to_v9(table: pa.Table) -> pa.Table:
     return table
 
 
+def _v9_to_v10(table: pa.Table) -> pa.Table:
+    """v10 added what a run on a realistic shape needs to be defended: per-request
+    timing (lock step or not), the KV its workload needs, the output head as
+    loaded, interference measured during the run. None of it was measured
+    before, so null; ``mmap`` of a vLLM row was null and means False (vLLM's
+    weights are anonymous memory), which the v10 writer stores."""
+    return table
+
+
 UPGRADES: dict[int, Callable[[pa.Table], pa.Table]] = {
     1: _v1_to_v2,
     2: _v2_to_v3,
@@ -338,6 +347,7 @@ UPGRADES: dict[int, Callable[[pa.Table], pa.Table]] = {
     6: _v6_to_v7,
     7: _v7_to_v8,
     8: _v8_to_v9,
+    9: _v9_to_v10,
 }
 
 
