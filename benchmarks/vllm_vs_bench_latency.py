@@ -1,5 +1,6 @@
 """omni's vLLM arm against ``vllm bench latency``: same model, lengths, cores,
-and the same samples per engine start (2 warm-ups, then 5 timed iterations).
+and the same samples per engine start (2 warm-ups, then 5 timed iterations,
+unless told otherwise).
 
 Both run pinned to the same slot with ``numactl`` and the same
 ``VLLM_CPU_OMP_THREADS_BIND``, interleaved start by start. Per engine start
@@ -11,7 +12,15 @@ the per-start medians), and the ratio of the medians: omni's stepped loop
 (``llm_engine.step()`` with DELTA outputs, timestamping every step) against
 ``LLM.generate``'s own, i.e. what omni's per-step timing costs.
 
+Both get the same step budget (``max_num_batched_tokens``): the one given, or
+the one omni's arm would run with (enough for the whole batch's prefill),
+which ``vllm bench latency`` would otherwise leave at vLLM's 4096. omni's
+rows also say whether the batch decoded in lock step (partial steps per
+start), and its per-request TTFT and TPOT.
+
     .venv/bin/python benchmarks/vllm_vs_bench_latency.py [--passes 3]
+    .venv/bin/python benchmarks/vllm_vs_bench_latency.py --input-len 2048 --output-len 128 --batch 8 \
+        --max-num-batched-tokens 2048 --kv-bytes 50331648 --passes 2 --warmup 1 --iterations 2
 """
 
 from __future__ import annotations
@@ -26,47 +35,61 @@ from pathlib import Path
 
 import yaml
 
+from omni.engines.vllm import batched_tokens
 from omni.placement import numactl_path, pin_argv
 from omni.request import SweepRequest
 from omni.store import load_iterations
 from omni.sweep import REPO_ROOT, prepare_sweep, run_and_store
 from omni.topology import allocate_slots, format_cpulist, read_topology
 
-INPUT_LEN, OUTPUT_LEN, BATCH, MAX_LEN, KV_BYTES = 128, 64, 4, 192, 268435456
 
-
-def omni_arm_spec(directory: Path, passes: int) -> Path:
+def omni_arm(args: argparse.Namespace) -> dict:
     arm = {
         "name": "omni-vllm",
         "engine": "vllm",
         "model": "tiny-llama",
         "dtype": "bfloat16",
         "compile_mode": "eager",
-        "context_len": MAX_LEN,
-        "prompt_len": INPUT_LEN,
-        "max_tokens": OUTPUT_LEN,
-        "batch_size": BATCH,
-        "kv_cache_bytes": KV_BYTES,
+        "context_len": args.input_len + args.output_len,
+        "prompt_len": args.input_len,
+        "max_tokens": args.output_len,
+        "batch_size": args.batch,
+        "kv_cache_bytes": args.kv_bytes,
         "patches": "none",  # stock vLLM on both sides
-        "params": {"warmup": 2, "iterations": 5},
+        "params": {"warmup": args.warmup, "iterations": args.iterations},
     }
+    if args.max_num_batched_tokens is not None:
+        arm["params"]["max_num_batched_tokens"] = args.max_num_batched_tokens
+    return arm
+
+
+def step_budget(arm: dict) -> int | None:
+    """The budget omni's arm runs with (None: vLLM's own), given to vllm bench too."""
+    return batched_tokens(arm, arm["context_len"])
+
+
+def omni_arm_spec(directory: Path, arm: dict, passes: int) -> Path:
     path = directory / "omni-vllm.yaml"
     path.write_text(yaml.safe_dump({"name": "bench-vs-omni", "passes": passes, "timeout_s": 600, "arms": [arm]}))
     return path
 
 
-def bench_latency(slot, python: str, model: str, out: Path) -> list[float]:
+def bench_latency(slot, python: str, model: str, arm: dict, out: Path) -> list[float]:
     """One engine start of ``vllm bench latency``: its 5 timed e2e latencies (s)."""
     probe = REPO_ROOT / "benchmarks" / "bench_latency_probe.py"
+    budget = step_budget(arm)
     argv = [
         python,
         str(probe),
         model,
-        str(INPUT_LEN),
-        str(OUTPUT_LEN),
-        str(BATCH),
-        str(MAX_LEN),
-        str(KV_BYTES),
+        str(arm["prompt_len"]),
+        str(arm["max_tokens"]),
+        str(arm["batch_size"]),
+        str(arm["context_len"]),
+        str(arm["kv_cache_bytes"]),
+        "none" if budget is None else str(budget),
+        str(arm["params"]["warmup"]),
+        str(arm["params"]["iterations"]),
         str(out),
     ]
     argv, _ = pin_argv(slot, argv, numactl_path())
@@ -83,6 +106,15 @@ def omni_latencies(results: Path, run_id: str) -> list[float]:
     """One engine start of omni's arm: its iterations' e2e latencies (s)."""
     frame = load_iterations(results)
     return frame.loc[frame["run_id"] == run_id].sort_values("iteration")["e2e_s"].tolist()
+
+
+def describe_requests(row: dict) -> str:
+    """What omni saw per request in one start: lock step or not, TTFT and TPOT."""
+    partial = f"{row['partial_steps']} partial steps" if row["partial_steps"] else "lock step"
+    return (
+        f"{partial}; batch ttft {row['ttft_ms']:.0f} ms, per request ttft p50 {row['ttft_p50_ms']:.0f} / "
+        f"p99 {row['ttft_p99_ms']:.0f} ms, tpot {row['tpot_ms']:.2f} ms (p99 {row['tpot_p99_ms']:.2f})"
+    )
 
 
 def spread(values: list[float]) -> float:
@@ -105,28 +137,40 @@ def report(name: str, starts: list[list[float]]) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--passes", type=int, default=3)
+    parser.add_argument("--input-len", type=int, default=128)
+    parser.add_argument("--output-len", type=int, default=64)
+    parser.add_argument("--batch", type=int, default=4)
+    parser.add_argument("--kv-bytes", type=int, default=256 << 20)
+    parser.add_argument("--max-num-batched-tokens", type=int, default=None, help="default: omni's")
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--iterations", type=int, default=5)
     args = parser.parse_args()
+    arm = omni_arm(args)
     work = Path(tempfile.mkdtemp(prefix="omni-bench-"))
-    prepared = prepare_sweep(SweepRequest(spec=omni_arm_spec(work, args.passes), results=work / "results", force=True))
+    spec = omni_arm_spec(work, arm, args.passes)
+    prepared = prepare_sweep(SweepRequest(spec=spec, results=work / "results", force=True))
     res = prepared.context.resources["omni-vllm"]
     slot = allocate_slots(read_topology())[0]
     bench, omni = [], []
     for index, item in enumerate(prepared.items):
         for side in random.Random(index).sample(["bench", "omni"], 2):
             if side == "bench":
-                bench.append(bench_latency(slot, res.python, res.model_path, work / f"bench{index}.json"))
+                bench.append(bench_latency(slot, res.python, res.model_path, arm, work / f"bench{index}.json"))
             else:
                 row = run_and_store(prepared.context, item)
                 if row["status"] != "ok":
                     raise SystemExit(f"omni run failed: {row['error']}")
                 omni.append(omni_latencies(work / "results", item.run_id))
+                seen = describe_requests(row)
         print(
             f"start {index}: vllm bench {[round(v * 1000, 1) for v in bench[-1]]} ms, "
-            f"omni {[round(v * 1000, 1) for v in omni[-1]]} ms",
+            f"omni {[round(v * 1000, 1) for v in omni[-1]]} ms; omni: {seen}",
             flush=True,
         )
+    budget = step_budget(arm)
     print(
-        f"cores {format_cpulist(slot.cpus)}, tiny-llama, input {INPUT_LEN}, output {OUTPUT_LEN}, batch {BATCH}, eager, bf16"
+        f"cores {format_cpulist(slot.cpus)}, tiny-llama, input {args.input_len}, output {args.output_len}, "
+        f"batch {args.batch}, eager, bf16, max_num_batched_tokens {budget or 'vLLM default'}"
     )
     b = report("vllm bench latency", bench)
     o = report("omni vllm arm (stepped)", omni)

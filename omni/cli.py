@@ -88,10 +88,13 @@ def print_plan(prepared, results: str) -> None:
 
 
 def print_arm_table(sweep_id: str, results: str) -> None:
-    """Per arm and metric: n (of all runs), median, min, max over ok runs."""
+    """Per arm and metric: n (of all runs), median, min, max over ok runs;
+    the spec's primary metrics first, a VOID arm marked."""
+    from omni.summary import sweep_primary_and_void
     from omni.sweep import sweep_table
 
-    show(render.arm_table(sweep_id, sweep_table(results, sweep_id)))
+    primary, void = sweep_primary_and_void(results, sweep_id)
+    show(render.arm_table(sweep_id, sweep_table(results, sweep_id, primary), primary, void))
 
 
 def print_verdicts(sweep_id: str, results: str) -> None:
@@ -375,11 +378,11 @@ def regressions(
     """Regressions and improvements of repeated sweeps of one spec: each
     sweep's runs against the earlier sweeps' runs, with the verdict rule and
     the between-sweep drift; exit 1 when the newest sweep regressed."""
-    from omni.compare import nightly_changes
+    from omni.compare import nightly_changes, void_in_history
     from omni.report import changes_markdown
 
     changes, order = nightly_changes(results, sweep_name, window, min_history, include_retracted=include_retracted)
-    show(changes_markdown(sweep_name, changes, order))
+    show(changes_markdown(sweep_name, changes, order, void_in_history(results, sweep_name, include_retracted)))
     if any(c.kind == "regression" and c.sweep_id == order[-1] for c in changes):
         raise typer.Exit(EXIT_RUNS_FAILED)
 

@@ -21,9 +21,21 @@ from omni.calibration import arm_calibrations
 from omni.columns import COLUMNS_BY_NAME, metric_columns
 from omni.errors import OmniError
 from omni.retract import ok_rows, without_retracted
+from omni.spec.sweep import DEFAULT_PRIMARY_METRICS
+from omni.stats import Adjustment, adjust_for_multiplicity
 from omni.store import load_runs
 from omni.store import profiled as is_profiled
-from omni.summary import Judged, SweepSummary, check_metrics, judge, min_effects, sweep_spec
+from omni.summary import (
+    Judged,
+    SweepSummary,
+    check_metrics,
+    judge,
+    min_effects,
+    primary_metrics,
+    sweep_spec,
+    void_arms,
+    void_refusal,
+)
 
 
 @dataclass(frozen=True)
@@ -36,6 +48,9 @@ class SweepComparison:
     config_changes: dict[str, str]
     excluded: int
     drift_sources: dict[tuple[str, str], str] = field(default_factory=dict)  # where each drift came from
+    primary: tuple[str, ...] = ()  # the primary metrics (of ``after``'s spec), first in ``metrics``
+    adjustment: Adjustment | None = None  # each metric's interval level (multiplicity)
+    void: dict[str, str] = field(default_factory=dict)  # arm -> why it is VOID in either sweep
 
 
 def compare_sweeps(
@@ -43,20 +58,29 @@ def compare_sweeps(
 ) -> SweepComparison:
     """Each arm of ``after`` against the same-named arm of ``before`` (on
     ``metrics`` only, when given)."""
-    a_ok, a_all, a_ex, _ = ok_rows(results, before, include_retracted)
-    b_ok, b_all, b_ex, _ = ok_rows(results, after, include_retracted)
+    a_ok, a_all, a_ex, a_prof = ok_rows(results, before, include_retracted)
+    b_ok, b_all, b_ex, b_prof = ok_rows(results, after, include_retracted)
     arms = [arm for arm in dict.fromkeys(b_all["arm"]) if arm in set(a_all["arm"])]
     if not arms:
         raise OmniError(f"sweeps {before} and {after} share no arm name; compare needs the same arms")
-    metrics = check_metrics(metrics, [m for m in metric_columns() if a_ok[m].notna().any() and b_ok[m].notna().any()])
-    effects = min_effects(sweep_spec(results, after), metrics)
+    spec = sweep_spec(results, after)
+    measured = [m for m in metric_columns() if a_ok[m].notna().any() and b_ok[m].notna().any()]
+    metrics = primary_metrics(spec, check_metrics(metrics, measured))
+    adjustment = adjust_for_multiplicity(metrics, spec.primary_metrics if spec else DEFAULT_PRIMARY_METRICS)
+    effects = min_effects(spec, metrics)
+    void = {arm: f"{after}: {why}" for arm, why in void_arms(b_all, b_prof).items()}
+    void |= {arm: f"{before}: {why}" for arm, why in void_arms(a_all, a_prof).items() if arm not in void}
     # two sweeps: interleaving cannot cancel what moved between them; the
     # drift measured for the arm's workload (after's, else before's), else the default
     cal_after, cal_before = arm_calibrations(results, b_all, arms), arm_calibrations(results, a_all, arms)
     calibrations = {arm: cal_after[arm] if cal_after[arm].drift else cal_before[arm] for arm in arms}
     drifts = {(arm, m): calibrations[arm].drift_for(m) for arm in arms for m in metrics}
     judged = {
-        (arm, m): judge(a_ok, b_ok, arm, arm, m, effects[m][0], drifts[(arm, m)][0]) for arm in arms for m in metrics
+        (arm, m): Judged(None, void_refusal(arm, void[arm]))
+        if arm in void
+        else judge(a_ok, b_ok, arm, arm, m, effects[m][0], drifts[(arm, m)][0], adjustment.confidence[m])
+        for arm in arms
+        for m in metrics
     }
     changes = {}
     for arm in arms:
@@ -66,7 +90,19 @@ def compare_sweeps(
         if diff:
             changes[arm] = ", ".join(diff)
     sources = {(arm, m): source for (arm, m), (_, source) in drifts.items()}
-    return SweepComparison(before, after, tuple(arms), tuple(metrics), judged, changes, a_ex + b_ex, sources)
+    return SweepComparison(
+        before,
+        after,
+        tuple(arms),
+        tuple(metrics),
+        judged,
+        changes,
+        a_ex + b_ex,
+        sources,
+        adjustment.primary,
+        adjustment,
+        {arm: why for arm, why in void.items() if arm in arms},
+    )
 
 
 def _diff(old: dict, new: dict, prefix: str = "") -> list[str]:
@@ -118,6 +154,9 @@ def history_columns() -> list[str]:
         "run_id",
         "host",
         "started_at",
+        "pass_index",
+        "error",
+        "warnings",
         "iterations",
         "warning_rules",
         "mmap",
@@ -126,12 +165,25 @@ def history_columns() -> list[str]:
     ]
 
 
-def spec_runs(results: Path, sweep_name: str, include_retracted: bool = False) -> pd.DataFrame:
-    """The ok, unretracted runs of every sweep of one spec name: only the
-    columns the nightly comparison and the trend plots read."""
+def spec_runs(results: Path, sweep_name: str, include_retracted: bool = False, ok: bool = True) -> pd.DataFrame:
+    """The unretracted runs of every sweep of one spec name (``ok``: only
+    the ok timed ones): only the columns the nightly comparison and the
+    trend plots read."""
     frame = load_runs(results, columns=history_columns())
-    frame = frame[(frame["sweep_name"] == sweep_name) & (frame["status"] == "ok") & ~is_profiled(frame)]
+    frame = frame[frame["sweep_name"] == sweep_name]
+    if ok:
+        frame = frame[(frame["status"] == "ok") & ~is_profiled(frame)]
     return without_retracted(frame, results, include_retracted)[0]
+
+
+def void_in_history(results: Path, sweep_name: str, include_retracted: bool = False) -> dict[tuple[str, str], str]:
+    """(sweep id, arm) -> why the arm is VOID in that sweep, over every sweep of one spec name."""
+    frame = spec_runs(results, sweep_name, include_retracted, ok=False)
+    return {
+        (sweep_id, arm): why
+        for sweep_id, rows in frame.groupby("sweep_id")
+        for arm, why in void_arms(rows[~is_profiled(rows)], rows[is_profiled(rows)]).items()
+    }
 
 
 def nightly_changes(
@@ -147,21 +199,40 @@ def nightly_changes(
     sweep ids in time order.
     """
     frame = spec_runs(results, sweep_name, include_retracted)
-    return changes_in(frame, results, sweep_name, window, min_history)
+    void = void_in_history(results, sweep_name, include_retracted)
+    return changes_in(frame, results, sweep_name, window, min_history, void)
 
 
 def changes_in(
-    frame: pd.DataFrame, results: Path, sweep_name: str, window: int = 10, min_history: int = 3
+    frame: pd.DataFrame,
+    results: Path,
+    sweep_name: str,
+    window: int = 10,
+    min_history: int = 3,
+    void: dict[tuple[str, str], str] | None = None,
 ) -> tuple[list[Change], list[str]]:
-    """:func:`nightly_changes` over rows already read (:func:`spec_runs`)."""
+    """:func:`nightly_changes` over rows already read (:func:`spec_runs`);
+    the runs of a VOID arm of a sweep (``void``, :func:`void_in_history`)
+    are neither judged nor history."""
     if frame.empty:
         raise OmniError(f"no ok runs of sweeps named {sweep_name!r} under {results}")
+    if void:
+        frame = frame[[(s, a) not in void for s, a in zip(frame["sweep_id"], frame["arm"])]]
     order = frame.groupby("sweep_id")["started_at"].min().sort_values().index.tolist()
-    metrics = [m for m in metric_columns() if frame[m].notna().any()]
+    specs = {sweep_id: sweep_spec(results, sweep_id) for sweep_id in order}
+    # the newest sweep's primary metrics first
+    metrics = primary_metrics(
+        specs[order[-1]] if order else None, [m for m in metric_columns() if frame[m].notna().any()]
+    )
     # the newest configuration of each arm names its workload
     newest_first = frame.sort_values("started_at", ascending=False)
     calibrations = arm_calibrations(results, newest_first, list(dict.fromkeys(frame["arm"])))
-    effects = {sweep_id: min_effects(sweep_spec(results, sweep_id), metrics) for sweep_id in order}
+    effects = {sweep_id: min_effects(spec, metrics) for sweep_id, spec in specs.items()}
+    # each sweep's changes are judged on every metric at once: its spec's primary metrics and the adjusted rest
+    levels = {
+        sweep_id: adjust_for_multiplicity(metrics, spec.primary_metrics if spec else DEFAULT_PRIMARY_METRICS).confidence
+        for sweep_id, spec in specs.items()
+    }
     changes = []
     for (arm, metric), group in _by_arm_metric(frame, metrics):
         per_sweep = {s: g for s, g in group.groupby("sweep_id")}
@@ -173,7 +244,8 @@ def changes_in(
                 continue
             past = pd.concat([per_sweep[s] for s in history])
             current = per_sweep[sweep_id]
-            judged = judge(past, current, arm, arm, metric, effects[sweep_id][metric][0], drift)
+            effect, level = effects[sweep_id][metric][0], levels[sweep_id][metric]
+            judged = judge(past, current, arm, arm, metric, effect, drift, level)
             c = judged.comparison
             if judged.refused or c is None or c.verdict not in ("better", "worse") or c.below_min_effect:
                 continue

@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from omni.heads import arm_claim
+
 TORCH_PROFILER = "torch.profiler"
 GGML_EVAL_CALLBACK = "ggml eval callback"
 
@@ -48,7 +50,7 @@ DENSE_GEMM_OPS = frozenset(
     }
 )
 # the half-precision and full-precision input types of a dense GEMM
-DENSE_TYPES = ("BFloat16", "Half", "float", "bf16", "f16", "f32")
+DENSE_TYPES = ("BFloat16", "Half", "float", "double", "bf16", "f16", "f32", "f64")
 
 
 @dataclass(frozen=True)
@@ -151,26 +153,77 @@ def read_torch_trace(profile_dir: Path) -> list[dict]:
 
 # --- the bf16-head rule ---
 
+# Where each dense GEMM takes its weight, by input position: the head's type
+# is that operand's, never the activations'. ggml's MUL_MAT multiplies src0
+# (the weight, any type) by src1 (activations, always f32), so "any input is
+# f32" would flag every honest quantized head; torch's mm/matmul take the
+# transposed weight second, linear (x, W, bias) second, addmm (bias, x, W^T)
+# third. onednn_mm is absent: its weight is a packed handle, no operand, and
+# it runs dense weights only, so the op itself is the signature.
+WEIGHT_OPERAND = {
+    "aten::mm": 1,
+    "aten::matmul": 1,
+    "aten::linear": 1,
+    "aten::bmm": 1,
+    "aten::addmm": 2,
+    "_C::weight_packed_linear": 1,
+    "zentorch::zentorch_linear_unary": 1,
+    "MUL_MAT": 0,
+}
 
-def _mentions_head(shapes: str, vocab: int, hidden: int) -> bool:
+
+def _dims(shapes: str) -> list:
+    try:
+        dims = json.loads(shapes or "null") or []
+    except json.JSONDecodeError:
+        return []
+    return dims if isinstance(dims, list) else []
+
+
+def _mentions_head(dims: list, vocab: int, hidden: int) -> bool:
     """Whether an op's input shapes hold the output head's vocab x hidden GEMM:
     some tensor has a vocab-sized dimension and some tensor ends in hidden
     (weight [vocab, hidden], its transpose, or onednn_mm's [tokens, vocab] output)."""
-    try:
-        dims = [d for d in json.loads(shapes or "null") or [] if isinstance(d, list) and d]
-    except json.JSONDecodeError:
-        return False
+    dims = [d for d in dims if isinstance(d, list) and d]
     return any(vocab in d for d in dims) and any(d[-1] == hidden or d[0] == hidden for d in dims)
 
 
+def _is_head_weight(dims: list, vocab: int, hidden: int) -> bool:
+    """A [vocab, hidden] matrix, either way round (ggml lists ne innermost first)."""
+    return isinstance(dims, list) and len(dims) == 2 and sorted(dims) == sorted([vocab, hidden])
+
+
+def dense_head_gemm(record: Mapping, vocab: int, hidden: int) -> bool:
+    """Whether one op record is a GEMM by a dense weight of the head's shape.
+
+    The weight operand is found by position (:data:`WEIGHT_OPERAND`); its
+    type by the same position in the record's types. A trace that records no
+    types leaves a dense-only op (torch's mm family) dense; MUL_MAT always
+    names its types.
+    """
+    op = record["op"]
+    if op not in DENSE_GEMM_OPS:
+        return False
+    dims = _dims(record.get("shapes") or "")
+    at = WEIGHT_OPERAND.get(op)
+    if at is None:
+        return _mentions_head(dims, vocab, hidden)
+    if at >= len(dims) or not _is_head_weight(dims[at], vocab, hidden):
+        return False
+    types = [t for t in (record.get("dtypes") or "").split(",") if t]
+    if not types:
+        return op != "MUL_MAT"
+    # torch drops the type of a None input (a missing bias), which comes after the weight
+    return at < len(types) and types[at].rsplit("::", 1)[-1] in DENSE_TYPES
+
+
 def head_signature(records: Sequence[Mapping], vocab: int, hidden: int) -> dict | None:
-    """The heaviest dense (bf16/f16/f32) GEMM of the head's shape in a profile:
-    op, ms per step and shapes; ``None`` when the head runs no such GEMM."""
+    """The heaviest GEMM of the head's shape by a dense (bf16/f16/f32) weight in
+    a profile: op, ms per step and shapes; ``None`` when the head runs no such GEMM."""
     steps = len({r["step"] for r in records}) or 1
     found: dict[tuple[str, str], float] = defaultdict(float)
     for r in records:
-        dense = not r.get("dtypes") or any(t in r["dtypes"] for t in DENSE_TYPES)
-        if r["op"] in DENSE_GEMM_OPS and dense and _mentions_head(r.get("shapes") or "", vocab, hidden):
+        if dense_head_gemm(r, vocab, hidden):
             found[(r["op"], r.get("shapes") or "")] += r["self_ms"]
     if not found:
         return None
@@ -182,20 +235,24 @@ HEAD_RULE = "bf16 head"  # how a row invalid under the rule begins its error
 
 
 def claims_quantized_head(arm: Mapping[str, Any]) -> str | None:
-    """What the arm claims about its output head, when it claims it is quantized."""
+    """What the arm claims about its output head, when it claims it is quantized
+    (omni.heads.arm_claim: cpu_int4's int4_lm_head, a quantized GGUF)."""
     params = arm.get("engine_params") or arm.get("params") or {}
-    if arm.get("quantization") == "cpu_int4" and params.get("int4_lm_head"):
-        return "cpu_int4 with int4_lm_head: true"
-    return None
+    engine = arm.get("engine") or ("vllm" if arm.get("quantization") else "llamacpp")
+    claim = arm_claim(engine, arm.get("quantization"), params, preset=True)
+    return claim.what if claim and claim.quantized else None
 
 
 def head_rule(arm: Mapping[str, Any], records: Sequence[Mapping], vocab: int, hidden: int) -> str | None:
     """Why a run is invalid under the bf16-head rule, or ``None``.
 
-    An arm that claims an int4 output head, but whose profile shows a dense
-    GEMM of the head's shape, did not run what it claims: the signature of a
-    checkpoint whose head was left in bf16 (origin notes: ``_C::onednn_mm``
-    at about 2.97 ms/step), and every number of the run is void.
+    An arm that claims a quantized output head, but whose profile shows a
+    GEMM by a dense weight of the head's shape, did not run what it claims:
+    the signature of a checkpoint whose head was left in bf16 (origin notes:
+    ``_C::onednn_mm`` at about 2.97 ms/step), and every number of the run is
+    void. The profile says which op the head cost and how much; every run,
+    profiled or not, is also checked against the head the engine reports
+    loading (omni.heads).
     """
     claim = claims_quantized_head(arm)
     signature = head_signature(records, vocab, hidden) if claim else None

@@ -13,6 +13,7 @@ import psutil
 
 from omni.errors import OmniError
 from omni.mempolicy import add_kib, describe_nodes, local_fraction, node_list, parse_policy
+from omni.procfs import cpu_times
 from omni.topology import Slot, format_cpulist
 
 
@@ -39,6 +40,12 @@ def pin_argv(slot: Slot, argv: list[str], numactl: str | None) -> tuple[list[str
     return [*trampoline, *argv], "sched_setaffinity"
 
 
+# A neighbour's share of one slot CPU (or idle SMT sibling) during the timed
+# part above which the run is warned ``interference``: the spec's default
+# busy_threshold_pct, for the same reason (docs/placement.md, "Busy threshold").
+INTERFERENCE_BOUND_PCT = 10.0
+
+
 @dataclass(frozen=True)
 class BusyReport:
     """Load on the slot's CPUs from processes that are not ours, in percent."""
@@ -58,7 +65,7 @@ class BusyReport:
         loads = ", ".join(f"cpu{c} {self.per_cpu[c]:.0f}%" for c in busy)
         who = f" (busiest: {', '.join(self.culprits)})" if self.culprits else ""
         return (
-            f"slot CPUs {format_cpulist(busy)} are busy: {loads}, threshold "
+            f"slot CPUs (or their cores' idle SMT siblings) {format_cpulist(busy)} are busy: {loads}, threshold "
             f"{threshold:g}%{who}. Wait for them to be free, pick other cores "
             "(slots.cpus), or run anyway with --force (recorded in the row)."
         )
@@ -103,19 +110,6 @@ def _top_foreign(cpus: set[int], exclude: set[int], limit: int = 3) -> tuple[str
             continue
     loads.sort(reverse=True)
     return tuple(f"pid {pid} {name} {pct:.0f}%" for pct, pid, name in loads[:limit] if pct >= 5)
-
-
-def cpu_times(proc_root: str | Path = "/proc") -> dict[int, tuple[int, int]]:
-    """``cpuN`` -> (busy, idle) jiffies from ``/proc/stat``, keyed by the CPU's
-    real number (offline CPUs have no line, so list positions would lie)."""
-    times = {}
-    for line in (Path(proc_root) / "stat").read_text().splitlines():
-        name, *fields = line.split()
-        if not name.startswith("cpu") or name == "cpu":
-            continue
-        user, nice, system, idle, iowait, irq, softirq, steal = (list(map(int, fields)) + [0] * 8)[:8]
-        times[int(name[3:])] = (user + nice + system + irq + softirq + steal, idle + iowait)
-    return times
 
 
 def cpu_load(window_s: float = 0.5, proc_root: str | Path = "/proc") -> dict[int, float]:

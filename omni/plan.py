@@ -2,7 +2,10 @@
 
 Runs are interleaved, not blocked: each pass runs every arm once, in an
 order shuffled per pass by the sweep's seed, so slow drift of the host (heat,
-a neighbour's job) spreads over all arms instead of landing on one.
+a neighbour's job) spreads over all arms instead of landing on one. Arms
+rotate over the slots pass by pass, so each arm runs on each slot equally
+often and a slot's own speed (its socket, its neighbours) is a block the
+verdicts remove (omni.summary), not part of one arm.
 """
 
 from __future__ import annotations
@@ -120,10 +123,13 @@ def plan_sweep(
     """Every (arm, pass) in a seeded interleaved order, then the profiled
     passes of the arms that ask for them (``profile:``), interleaved the same way.
 
-    Each item's slot is a prediction (round robin, as if every run took the
-    same time); at run time it gets whichever slot frees first
-    (:func:`omni.schedule.dispatch`), in this order. ``host``: the fleet host
-    whose copy of a replicated plan this is (its runs get ids of their own).
+    Each item's slot is its assignment (:func:`rotated_slot`): a cyclic Latin
+    square of arms over slots, so over any ``len(slots)`` passes each arm
+    visits each slot once. Were runs to take whichever slot frees first, a
+    60 s vLLM arm beside a 5 s llama.cpp one would sit on one slot nearly
+    every pass, and slot and arm would be one factor. At run time an item
+    waits for its slot (:func:`omni.schedule.dispatch`). ``host``: the fleet
+    host whose copy of a replicated plan this is (its runs get ids of their own).
     """
     sweep = loaded.sweep
     rng = random.Random(sweep.seed)
@@ -138,6 +144,7 @@ def plan_sweep(
         (p, [a for a in profiled if p < a.profile.passes], True)
         for p in range(max((a.profile.passes for a in profiled), default=0))
     ]
+    position = {arm.name: i for i, arm in enumerate(arms)}
     for pass_index, round_arms, is_profiled in rounds:
         round_arms = list(round_arms)
         rng.shuffle(round_arms)
@@ -151,8 +158,14 @@ def plan_sweep(
                     arm=arm,
                     pass_index=pass_index,
                     order_index=order,
-                    slot=slots[order % len(slots)],
+                    slot=rotated_slot(slots, position[arm.name], pass_index),
                     profiled=is_profiled,
                 )
             )
     return items
+
+
+def rotated_slot(slots: list[Slot], arm_position: int, pass_index: int) -> Slot:
+    """The slot of an arm's pass: arm i in pass p runs on slot (i + p) mod
+    len(slots), a cyclic Latin square; one slot: that slot."""
+    return slots[(arm_position + pass_index) % len(slots)]

@@ -191,16 +191,29 @@ def fleet_plan(prepared) -> str:
     return "\n".join(lines)
 
 
-def arm_table(sweep_id: str, table) -> str:
+def arm_table(sweep_id: str, table, primary: Sequence[str] = (), void: Mapping[str, str] | None = None) -> str:
     """Per arm and metric (an :class:`omni.stats.ArmTable`): ok runs of all
-    runs, median, min and max over the ok runs, each in its unit."""
-    rows = []
-    for arm in table.arms:
-        for metric in table.metrics:
-            cell = table.cells[(arm, metric)]
-            values = [metric_quantity(v, metric) for v in (cell.median, cell.min, cell.max)]
-            rows.append([arm, metric, f"{cell.n}/{table.runs[arm]}", *values])
-    return f"sweep {sweep_id}\n" + grid(["arm", "metric", "n/runs", "median", "min", "max"], rows, right=(2, 3, 4, 5))
+    runs, median, min and max over the ok runs, each in its unit; the
+    ``primary`` metrics first, the others below; a VOID arm (``void``: arm ->
+    why) marked, and why under the table."""
+    void = void or {}
+    first = [m for m in primary if m in table.metrics]
+    rest = [m for m in table.metrics if m not in first]
+    parts = [f"sweep {sweep_id}"]
+    for title, metrics in (("primary metrics", first), ("other metrics" if first else "", rest)):
+        if not metrics:
+            continue
+        rows = []
+        for arm in table.arms:
+            label = f"{arm} (VOID)" if arm in void else arm
+            for metric in metrics:
+                cell = table.cells[(arm, metric)]
+                values = [metric_quantity(v, metric) for v in (cell.median, cell.min, cell.max)]
+                rows.append([label, metric, f"{cell.n}/{table.runs[arm]}", *values])
+        parts += [title] if title else []
+        parts.append(grid(["arm", "metric", "n/runs", "median", "min", "max"], rows, right=(2, 3, 4, 5)))
+    parts += [f"VOID {arm}: {why}; no verdict uses its runs" for arm, why in void.items() if arm in table.arms]
+    return "\n".join(parts)
 
 
 # --- omni topology, hosts ---

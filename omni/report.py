@@ -13,6 +13,7 @@ from pathlib import Path
 from omni import units
 from omni.compare import Change, SweepComparison
 from omni.objstore import ResultsPath, results_root
+from omni.stats import ALPHA, MIN_INTERVAL_RUNS, PRIMARY_SHARE, min_max_coverage
 from omni.summary import Judged, SweepSummary, untrusted
 
 VERDICT_COLORS = {"better": "#1a7f37", "worse": "#cf222e", "equivalent": "#57606a", "inconclusive": "#bf8700"}
@@ -34,12 +35,57 @@ def verdict_text(judged: Judged) -> str:
         return "inconclusive (no values)"
     if c.ci_low is None:
         return f"inconclusive: x{c.ratio:.3f}, fewer than 2 runs on a side"
-    text = f"{c.verdict}: x{c.ratio:.3f} [{c.ci_low:.3f}, {c.ci_high:.3f}]"
+    level = f" at {100 * c.confidence:.4g} %" if c.confidence != 0.95 else ""
+    text = f"{c.verdict}: x{c.ratio:.3f} [{c.ci_low:.3f}, {c.ci_high:.3f}]{level}"
     if c.below_min_effect:
         text += f", below min_effect {c.min_effect:.0%}"
     if c.passes_needed:
         text += f", needs {c.passes_needed} passes"
     return text
+
+
+def median_interval(cell) -> str:
+    """The bootstrap interval of the median, or why there is none (below
+    omni.stats.MIN_INTERVAL_RUNS runs it would be [min, max] at far less than 95 %)."""
+    if cell.ci_low is not None:
+        return f"[{format_number(cell.ci_low)}, {format_number(cell.ci_high)}]"
+    return f"- (n<{MIN_INTERVAL_RUNS})" if cell.n >= 2 else "-"
+
+
+def arm_label(summary: SweepSummary, arm: str) -> str:
+    """An arm's name as every view shows it: ``VOID`` after a void arm's."""
+    return f"{arm} (VOID)" if arm in summary.void else arm
+
+
+def metric_groups(summary: SweepSummary, metrics=None) -> list[tuple[str, list[str]]]:
+    """(title, metrics) of the primary metrics, then of the others; empty groups left out."""
+    metrics = list(summary.metrics if metrics is None else metrics)
+    first = [m for m in metrics if m in summary.primary]
+    rest = [m for m in metrics if m not in summary.primary]
+    adjusted = (
+        " (their intervals at a stricter level than the primaries': multiplicity)"
+        if summary.adjustment and first
+        else ""
+    )
+    groups = [("Primary metrics", first), (f"Other metrics{adjusted}", rest)]
+    return [(title, names) for title, names in groups if names]
+
+
+def collapse_warnings(warnings) -> list[str]:
+    """Warnings of one rule (the text before the first colon) as one line
+    with their count: ``void arm (2): a: …; b: …``; a rule seen once as it is."""
+    by_rule: dict[str, list[str]] = {}
+    for warning in dict.fromkeys(warnings):
+        rule, sep, rest = warning.partition(": ")
+        by_rule.setdefault(rule if sep else warning, []).append(rest if sep else "")
+    return [
+        f"{rule}: {parts[0]}"
+        if len(parts) == 1 and parts[0]
+        else rule
+        if len(parts) == 1
+        else f"{rule} ({len(parts)}): " + "; ".join(parts)
+        for rule, parts in by_rule.items()
+    ]
 
 
 def summary_markdown(summary: SweepSummary) -> str:
@@ -53,27 +99,26 @@ def summary_markdown(summary: SweepSummary) -> str:
             f"(the profiler distorts timing): `omni ops {summary.sweep_id}` reads them."
         )
     for arm in summary.arms:
-        lines.append(f"- `{arm}`: {summary.ok[arm]} ok of {summary.runs[arm]} run(s)")
+        lines.append(f"- `{arm_label(summary, arm)}`: {summary.ok[arm]} ok of {summary.runs[arm]} run(s)")
     lines += [
-        "",
-        "| arm | metric | n | median | MAD | CV | 95% CI of median | min | max | vs baseline |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        f"- `{arm}` is VOID, every number of it, its timed runs included: {why}" for arm, why in summary.void.items()
     ]
-    for arm in summary.arms:
-        for metric in summary.metrics:
-            cell = summary.cells[(arm, metric)]
-            ci = f"[{format_number(cell.ci_low)}, {format_number(cell.ci_high)}]" if cell.ci_low is not None else "-"
-            cv = f"{cell.cv:.1%}" if cell.cv is not None else "-"
-            verdict = "baseline" if arm == summary.baseline else verdict_text(summary.judged[(arm, metric)])
-            if arm not in (summary.baseline, summary.control) and untrusted(summary, arm, metric):
-                verdict += " (untrustworthy: see the control)"
-            if arm in summary.void:
-                verdict = f"VOID ({summary.void[arm].split(':')[1].strip()}): {verdict}"
-            outliers = f" ({len(cell.outliers)} outlier(s))" if cell.outliers else ""
-            lines.append(
-                f"| {arm} | {metric} | {cell.n}{outliers} | {format_number(cell.median)} | {format_number(cell.mad)} | {cv} "
-                f"| {ci} | {format_number(cell.min)} | {format_number(cell.max)} | {verdict} |"
-            )
+    for title, metrics in metric_groups(summary):
+        lines += [
+            "",
+            f"{title}:",
+            "",
+            "| arm | metric | n | median | MAD | CV | 95% CI of median | min | max | vs baseline |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        lines += [_cell_line(summary, arm, metric) for arm in summary.arms for metric in metrics]
+    if any(c.ci_low is None and c.n >= 2 for c in summary.cells.values()):
+        lines += [
+            "",
+            f"`- (n<{MIN_INTERVAL_RUNS})`: no interval of the median below {MIN_INTERVAL_RUNS} runs: the "
+            f"bootstrap's would be [min, max], which holds the median {min_max_coverage(3):.0%} of the time at "
+            f"3 runs, {min_max_coverage(4):.1%} at 4; min and max are shown.",
+        ]
     if summary.control and not summary.hosts:  # a replicated sweep's control is judged per host, below
         judged = [
             summary.judged[(summary.control, m)] for m in summary.metrics if (summary.control, m) in summary.judged
@@ -109,15 +154,42 @@ def summary_markdown(summary: SweepSummary) -> str:
     lines += [f"- {', '.join(arms)}: {'none applies' if src == 'none' else src}" for src, arms in used.items()]
     lines += ["", "Smallest effect that matters (min_effect; equivalent = the interval inside +-min_effect):"]
     lines += [f"- {m}: {e:.1%} ({src})" for m, (e, src) in summary.min_effects.items()]
-    lines += [
-        "",
-        "Verdicts: Welch t interval of the ratio of geometric means on log run values, noise from "
-        "these runs (interleaved passes: drift cancels within the sweep).",
-    ]
+    lines += ["", verdict_method(summary)]
     extra = sorted({w for j in summary.judged.values() for w in j.warnings})
     if summary.warnings or extra:
-        lines += ["", "Warnings:"] + [f"- {w}" for w in (*summary.warnings, *extra)]
+        lines += ["", "Warnings:"] + [f"- {w}" for w in collapse_warnings([*summary.warnings, *extra])]
     return "\n".join(lines) + "\n"
+
+
+def _cell_line(summary: SweepSummary, arm: str, metric: str) -> str:
+    cell = summary.cells[(arm, metric)]
+    cv = f"{cell.cv:.1%}" if cell.cv is not None else "-"
+    verdict = "baseline" if arm == summary.baseline else verdict_text(summary.judged[(arm, metric)])
+    if arm not in (summary.baseline, summary.control) and arm not in summary.void and untrusted(summary, arm, metric):
+        verdict += " (untrustworthy: see the control)"
+    outliers = f" ({len(cell.outliers)} outlier(s))" if cell.outliers else ""
+    return (
+        f"| {arm_label(summary, arm)} | {metric} | {cell.n}{outliers} | {format_number(cell.median)} "
+        f"| {format_number(cell.mad)} | {cv} | {median_interval(cell)} | {format_number(cell.min)} "
+        f"| {format_number(cell.max)} | {verdict} |"
+    )
+
+
+def verdict_method(summary: SweepSummary) -> str:
+    """How the verdicts were reached: the interval, the blocking, the multiplicity adjustment."""
+    blocked = any(j.comparison and j.comparison.blocked for j in summary.judged.values())
+    block = (
+        "arm + slot fitted in log space (slot as a blocking factor: passes rotate arms over slots)"
+        if blocked
+        else "Welch t interval"
+    )
+    text = (
+        f"Verdicts: {block}, the ratio of geometric means of the run values, noise from these runs "
+        "(interleaved passes: drift cancels within the sweep)."
+    )
+    if summary.adjustment is not None:
+        text += f" Multiplicity: {summary.adjustment.describe()}."
+    return text
 
 
 HEADLINE_METRICS = ("ttft_ms", "prefill_tok_s", "decode_tok_s", "tpot_ms", "itl_p99_ms", "rss_anon_steady_mb")
@@ -125,26 +197,32 @@ HEADLINE_METRICS = ("ttft_ms", "prefill_tok_s", "decode_tok_s", "tpot_ms", "itl_
 
 def verdicts_markdown(summary: SweepSummary, metrics: tuple[str, ...] = HEADLINE_METRICS) -> str:
     """What to read first after a sweep: each arm against the baseline on the
-    headline metrics (every metric: omni summary), and the live control."""
-    shown = [m for m in metrics if m in summary.metrics] or list(summary.metrics)
+    primary metrics, then on the other headline metrics (every metric: omni
+    summary), a VOID arm marked, and the live control."""
+    shown = [m for m in summary.metrics if m in summary.primary or m in metrics] or list(summary.metrics)
     hosts = f" on {', '.join(summary.hosts)}, within each host" if summary.hosts else ""
-    lines = [
-        f"against the baseline `{summary.baseline}`{hosts} (every metric: omni summary {summary.sweep_id}):",
-        "",
-        "| arm | " + " | ".join(shown) + " |",
-        "|---|" + "---|" * len(shown),
-    ]
-    for arm in summary.arms:
-        if arm == summary.baseline:
-            continue
-        cells = [
-            verdict_text(summary.judged[(arm, m)]) + (" (untrustworthy)" if untrusted(summary, arm, m) else "")
-            for m in shown
-        ]
-        lines.append(f"| {arm} | " + " | ".join(cells) + " |")
+    lines = [f"against the baseline `{summary.baseline}`{hosts} (every metric: omni summary {summary.sweep_id}):"]
+    for title, names in metric_groups(summary, shown):
+        lines += ["", f"{title}:", "", "| arm | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+        for arm in summary.arms:
+            if arm == summary.baseline:
+                continue
+            cells = [_short_verdict(summary, arm, m) for m in names]
+            lines.append(f"| {arm_label(summary, arm)} | " + " | ".join(cells) + " |")
+    voided = {summary.baseline, *summary.arms} & set(summary.void)
+    lines += (
+        ["", *[f"VOID `{arm}`: {summary.void[arm]}; kept out of every verdict" for arm in voided]] if voided else []
+    )
     if summary.untrusted:
         lines += ["", *[f"untrustworthy {m}: {why}" for m, why in summary.untrusted.items()]]
     return "\n".join(lines) + "\n"
+
+
+def _short_verdict(summary: SweepSummary, arm: str, metric: str) -> str:
+    judged = summary.judged[(arm, metric)]
+    if judged.refused and judged.refused.startswith("VOID"):
+        return judged.refused.split(":")[0]  # the reason once, below the table
+    return verdict_text(judged) + (" (untrustworthy)" if untrusted(summary, arm, metric) else "")
 
 
 def provenance_lines(provenance: dict) -> list[str]:
@@ -164,11 +242,20 @@ def comparison_markdown(result: SweepComparison) -> str:
     lines = [f"# {result.after} against {result.before}", "", f"{result.excluded} retracted run(s) left out.", ""]
     for arm, change in result.config_changes.items():
         lines.append(f"- `{arm}` changed: {change}")
-    lines += ["", "| arm | metric | n before | n after | verdict |", "|---|---|---|---|---|"]
-    for (arm, metric), judged in result.judged.items():
-        c = judged.comparison
-        n_before, n_after = (c.n_base, c.n_other) if c else ("-", "-")
-        lines.append(f"| {arm} | {metric} | {n_before} | {n_after} | {verdict_text(judged)} |")
+    lines += [f"- `{arm}` is VOID, kept out of every verdict: {why}" for arm, why in result.void.items()]
+    first = [m for m in result.metrics if m in result.primary]
+    groups = [("Primary metrics", first), ("Other metrics", [m for m in result.metrics if m not in first])]
+    for title, metrics in groups:
+        if not metrics:
+            continue
+        lines += ["", f"{title}:", "", "| arm | metric | n before | n after | verdict |", "|---|---|---|---|---|"]
+        for arm in result.arms:
+            for metric in metrics:
+                judged = result.judged[(arm, metric)]
+                c = judged.comparison
+                n_before, n_after = (c.n_base, c.n_other) if c else ("-", "-")
+                label = f"{arm} (VOID)" if arm in result.void else arm
+                lines.append(f"| {label} | {metric} | {n_before} | {n_after} | {verdict_text(judged)} |")
     drifts = sorted(
         {
             (j.comparison.drift, result.drift_sources.get(key, "default"))
@@ -181,14 +268,26 @@ def comparison_markdown(result: SweepComparison) -> str:
         "Two sweeps: each interval includes a between-sweep drift, which interleaving cannot cancel "
         "across sweeps: " + "; ".join(f"{d:.2%} ({src})" for d, src in drifts) + ".",
     ]
+    if result.adjustment is not None:
+        lines += ["", f"Multiplicity: {result.adjustment.describe()}."]
     extra = sorted({w for j in result.judged.values() for w in j.warnings})
     if extra:
-        lines += ["", "Warnings:"] + [f"- {w}" for w in extra]
+        lines += ["", "Warnings:"] + [f"- {w}" for w in collapse_warnings(extra)]
     return "\n".join(lines) + "\n"
 
 
-def changes_markdown(sweep_name: str, changes: list[Change], sweeps: list[str]) -> str:
+def changes_markdown(
+    sweep_name: str, changes: list[Change], sweeps: list[str], void: dict[tuple[str, str], str] | None = None
+) -> str:
+    """The nightly changes, primary metrics first (as each sweep's spec
+    names them: the changes come in that order), and the VOID arms of the
+    sweeps (``void``: (sweep, arm) -> why), whose runs were not judged."""
     lines = [f"# nightly changes of `{sweep_name}` over {len(sweeps)} sweep(s)", ""]
+    lines += [
+        f"- VOID `{arm}` in {sweep}, its runs neither judged nor history: {why}"
+        for (sweep, arm), why in (void or {}).items()
+    ]
+    lines += [""] if void else []
     if not changes:
         return "\n".join(lines + ["No regression or improvement beyond min_effect."]) + "\n"
     lines += [
@@ -203,7 +302,9 @@ def changes_markdown(sweep_name: str, changes: list[Change], sweeps: list[str]) 
     lines += [
         "",
         "Rule: each sweep's runs against the runs of the sweeps before it (Welch t on log run values, "
-        "the between-sweep drift added); a change is better/worse with its interval reaching past min_effect.",
+        "the between-sweep drift added); a change is better/worse with its interval reaching past min_effect. "
+        f"Multiplicity: each interval at its sweep's level for the metric (Bonferroni, weighted: the primary "
+        f"metrics share {ALPHA * PRIMARY_SHARE:.0%}, the others {ALPHA * (1 - PRIMARY_SHARE):.0%}).",
     ]
     return "\n".join(lines) + "\n"
 
@@ -220,6 +321,9 @@ def as_json(summary: SweepSummary) -> dict:
         "excluded_retracted": summary.excluded,
         "profiled_runs": summary.profiled,
         "void": summary.void,
+        "primary_metrics": list(summary.primary),
+        "multiplicity": summary.adjustment.describe() if summary.adjustment else None,
+        "interval_levels": dict(summary.adjustment.confidence) if summary.adjustment else {},
         "warnings": list(summary.warnings),
         "floors": {m: {"floor": f, "source": s} for m, (f, s) in summary.floors.items()},
         "min_effects": {m: {"min_effect": e, "source": s} for m, (e, s) in summary.min_effects.items()},

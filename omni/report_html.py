@@ -15,8 +15,19 @@ import io
 import json
 
 from omni.columns import COLUMNS_BY_NAME
-from omni.report import VERDICT_COLORS, as_json, format_number, verdict_text
-from omni.summary import SweepSummary
+from omni.report import (
+    VERDICT_COLORS,
+    arm_label,
+    as_json,
+    collapse_warnings,
+    format_number,
+    median_interval,
+    metric_groups,
+    verdict_method,
+    verdict_text,
+)
+from omni.stats import MIN_INTERVAL_RUNS
+from omni.summary import SweepSummary, untrusted
 
 WIDTH_IN = 8.5  # inches at 96 dpi: about 820 px, the page's column
 # ratios a person reads at a glance, symmetric on a log axis (x0.8 and x1.25)
@@ -97,13 +108,15 @@ def spaced_ticks(low: float, high: float, most: int = 9) -> list[float]:
     return sorted(kept)
 
 
-def forest_svg(summary: SweepSummary) -> str:
-    """Ratio (arm / baseline) with its 95 % interval per (arm, metric) on a log
-    axis; the grey band of each row is its +-min_effect, the verdict its color."""
+def forest_svg(summary: SweepSummary, metrics=None) -> str:
+    """Ratio (arm / baseline) with its interval per (arm, metric) on a log
+    axis, for ``metrics`` (default: all); the grey band of each row is its
+    +-min_effect, the verdict its color. A VOID arm has no verdict, no row."""
+    shown = set(summary.metrics if metrics is None else metrics)
     rows = [
         ((arm, metric), j.comparison)
         for (arm, metric), j in summary.judged.items()
-        if j.comparison and j.comparison.ci_low
+        if j.comparison and j.comparison.ci_low and metric in shown
     ]
     if not rows:
         return ""
@@ -125,7 +138,7 @@ def forest_svg(summary: SweepSummary) -> str:
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"×{v:g}"))
     ax.set_yticks(range(len(rows)), [f"{arm} · {metric}" for (arm, metric), _ in rows])
     ax.invert_yaxis()
-    ax.set_xlabel("ratio to the baseline (geometric means, 95 % interval; grey: ±min_effect)")
+    ax.set_xlabel("ratio to the baseline (geometric means, interval at the metric's level; grey: ±min_effect)")
     return _svg(fig)
 
 
@@ -173,31 +186,13 @@ def trend_svg(points: list[tuple[str, float, float]], changes: set[str], title: 
 
 
 def results_table(summary: SweepSummary) -> str:
+    """Per arm and metric, the primary metrics first (a header row before
+    each group), a VOID arm marked."""
     head = ["arm", "metric", "unit", "n", "median", "MAD", "CV", "95 % CI of median", "min", "max", "vs baseline"]
     rows = []
-    for arm in summary.arms:
-        for metric in summary.metrics:
-            cell = summary.cells[(arm, metric)]
-            verdict = "baseline" if arm == summary.baseline else verdict_text(summary.judged[(arm, metric)])
-            if metric in summary.untrusted and arm not in (summary.baseline, summary.control):
-                verdict += " (untrustworthy)"
-            ci = f"[{format_number(cell.ci_low)}, {format_number(cell.ci_high)}]" if cell.ci_low is not None else "-"
-            cv = f"{cell.cv:.1%}" if cell.cv is not None else "-"
-            link = f'<a href="#metric-{html.escape(metric)}">{html.escape(metric)}</a>'
-            cells = [
-                html.escape(arm),
-                link,
-                html.escape(COLUMNS_BY_NAME[metric].unit or ""),
-                str(cell.n),
-                format_number(cell.median),
-                format_number(cell.mad),
-                cv,
-                ci,
-                format_number(cell.min),
-                format_number(cell.max),
-                html.escape(verdict),
-            ]
-            rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+    for title, metrics in metric_groups(summary):
+        rows.append(f'<tr class="group"><th colspan="{len(head)}">{html.escape(title)}</th></tr>')
+        rows += [_result_row(summary, arm, metric) for arm in summary.arms for metric in metrics]
     return (
         '<table id="results"><thead><tr>'
         + "".join(f"<th>{h}</th>" for h in head)
@@ -205,6 +200,29 @@ def results_table(summary: SweepSummary) -> str:
         + "".join(rows)
         + "</tbody></table>"
     )
+
+
+def _result_row(summary: SweepSummary, arm: str, metric: str) -> str:
+    cell = summary.cells[(arm, metric)]
+    verdict = "baseline" if arm == summary.baseline else verdict_text(summary.judged[(arm, metric)])
+    if untrusted(summary, arm, metric) and arm not in (summary.baseline, summary.control, *summary.void):
+        verdict += " (untrustworthy)"
+    cv = f"{cell.cv:.1%}" if cell.cv is not None else "-"
+    link = f'<a href="#metric-{html.escape(metric)}">{html.escape(metric)}</a>'
+    cells = [
+        html.escape(arm_label(summary, arm)),
+        link,
+        html.escape(COLUMNS_BY_NAME[metric].unit or ""),
+        str(cell.n),
+        format_number(cell.median),
+        format_number(cell.mad),
+        cv,
+        html.escape(median_interval(cell)),
+        format_number(cell.min),
+        format_number(cell.max),
+        html.escape(verdict),
+    ]
+    return "<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>"
 
 
 def provenance_table(summary: SweepSummary) -> str:
@@ -249,23 +267,37 @@ def html_report(summary: SweepSummary, history: dict | None = None) -> str:
         + f"; {summary.excluded} retracted run(s) left out.</p>",
         '<nav id="contents"><ul>' + "".join(f'<li><a href="#{i}">{t}</a></li>' for i, t in sections) + "</ul></nav>",
     ]
+    if summary.void:
+        body.append(
+            '<ul class="void" id="void">'
+            + "".join(
+                f"<li><b>VOID {html.escape(arm)}</b>: every number of it, its timed runs included, is kept out of "
+                f"every verdict: {html.escape(why)}</li>"
+                for arm, why in summary.void.items()
+            )
+            + "</ul>"
+        )
     if summary.warnings:
         body.append(
             '<ul class="warn" id="warnings">'
-            + "".join(f"<li>{html.escape(w)}</li>" for w in summary.warnings)
+            + "".join(f"<li>{html.escape(w)}</li>" for w in collapse_warnings(summary.warnings))
             + "</ul>"
         )
     legend = " ".join(f'<span style="color:{c}">&#9632; {v}</span>' for v, c in VERDICT_COLORS.items())
+    others = [m for m in summary.metrics if m not in summary.primary]
+    other_forest = forest_svg(summary, others) if summary.primary and others else ""
     body += [
         '<section id="verdicts"><h2>Against the baseline</h2>',
-        f"<p>Welch t interval of the ratio of geometric means on log run values (each run the median of its "
-        f"iterations). {legend}</p>",
-        f'<div id="forest">{forest_svg(summary)}</div></section>',
+        f"<p>{html.escape(verdict_method(summary))} Each run is the median of its iterations. {legend}</p>",
+        f'<div id="forest">{forest_svg(summary, summary.primary or None)}</div>',
+        f'<details id="forest-others"><summary>Other metrics</summary>{other_forest}</details>' if other_forest else "",
+        "</section>",
         '<section id="results-table"><h2>Results per arm</h2>',
         results_table(summary),
         "</section>",
         '<section id="distributions"><h2>Per metric</h2><p>Dots: runs; bar: median; thick line: the median\'s '
-        "95 % bootstrap interval.</p>",
+        f"95 % bootstrap interval, from {MIN_INTERVAL_RUNS} runs on (below, it would be [min, max] at far "
+        "less than 95 %).</p>",
     ]
     for metric in summary.metrics:
         effect, source = summary.min_effects[metric]
@@ -297,7 +329,7 @@ def html_report(summary: SweepSummary, history: dict | None = None) -> str:
     style = (
         "body{font-family:system-ui,sans-serif;margin:24px;color:#24292f;background:#fff;max-width:900px}"
         "table{border-collapse:collapse;font-size:12px}td,th{border-bottom:1px solid #d0d7de;padding:2px 6px;"
-        "text-align:left}.warn{color:#9a6700}svg{max-width:100%;height:auto}nav ul{display:flex;gap:16px;"
+        "text-align:left}.warn{color:#9a6700}.void{color:#cf222e}tr.group th{background:#f6f8fa}svg{max-width:100%;height:auto}nav ul{display:flex;gap:16px;"
         "list-style:none;padding:0}"
     )
     return (

@@ -37,14 +37,17 @@ def env_name(arm: Arm) -> str | None:
     return arm.engine_env or DEFAULT_ENVS.get(arm.engine)
 
 
-def make_model(repo_root: Path, preset: str, out: Path | None = None) -> dict:
-    """Generate a preset (in the model env) unless its manifest is already there."""
+def make_model(repo_root: Path, preset: str, out: Path | None = None, gguf: tuple[str, ...] = ()) -> dict:
+    """Generate a preset (in the model env) unless its manifest is already there
+    with the GGUF types ``gguf`` (made on demand for the presets that say so)."""
     out = out or repo_root / "models" / preset
     manifest = out / "manifest.json"
-    if manifest.exists():
+    gguf = gguf if PRESETS[preset].gguf_on_demand else ()  # the others are made whole, every type at once
+    if manifest.exists() and all(k in json.loads(manifest.read_text())["gguf"] for k in gguf):
         return json.loads(manifest.read_text())
     python = ensure_env(repo_root, MODEL_ENV).python
-    done = subprocess.run([str(python), "-m", "omni.models", preset, str(out)], capture_output=True, text=True)
+    argv = [str(python), "-m", "omni.models", preset, str(out), *gguf]
+    done = subprocess.run(argv, capture_output=True, text=True)
     if done.returncode != 0:
         raise OmniError(f"making model {preset!r} failed:\n{done.stderr[-2000:]}")
     return json.loads(manifest.read_text())
@@ -54,9 +57,9 @@ def resolve_model(repo_root: Path, arm: Arm, build: bool) -> tuple[str, str | No
     """(path the engine loads, content digest) for the arm's model."""
     if arm.model in PRESETS:
         out = repo_root / "models" / arm.model
-        manifest = make_model(repo_root, arm.model) if build else None
-        if arm.engine == "llamacpp":
-            kind = arm.engine_params().gguf
+        kind = arm.engine_params().gguf if arm.engine == "llamacpp" else None
+        manifest = make_model(repo_root, arm.model, gguf=(kind,) if kind else ()) if build else None
+        if kind:
             if manifest is not None and kind not in manifest["gguf"]:
                 raise OmniError(f"preset {arm.model!r} has no {kind} GGUF (it has {sorted(manifest['gguf'])})")
             digest = manifest["gguf"][kind]["sha256"] if manifest else None

@@ -27,22 +27,26 @@ from omni.engine_process import (
 )
 from omni.engines.vllm import compile_cache_state
 from omni.errors import naming
-from omni.iterations import run_metrics
+from omni.heads import DENSE_HEAD, HEAD_UNCHECKED, check_head
+from omni.iterations import partial_step_counts, run_metrics
 from omni.mempolicy import describe_nodes, node_list
+from omni.models import PRESETS
 from omni.objstore import ResultsPath, local_scratch
 from omni.ops import head_rule, read_torch_trace
-from omni.placement import REMOTE_WARN_LOCAL, explain_busy, measure_busy, verify_binding
+from omni.placement import INTERFERENCE_BOUND_PCT, REMOTE_WARN_LOCAL, explain_busy, measure_busy, verify_binding
 from omni.plan import PlanItem, SlotOverride
 from omni.progress import BOARD
 from omni.provenance import behaviour_env, merge_engine_provenance
+from omni.provisioning import kv_overprovisioned
 from omni.resources import ArmResources, env_name
-from omni.sampler import summarize
+from omni.sampler import MIN_WINDOW_S, TreeSampler, summarize, summarize_interference
 from omni.spec import Arm, arm_hash, canonical_arm_json
 from omni.topology import format_cpulist
 from omni.vllm_plugin import names as vllm_names
 
 # what the engine reports as metrics; the timed ones come as raw iterations (omni.iterations)
-ENGINE_METRICS = ("load_s", "kv_cache_bytes_effective", "profile_overhead")
+# (load_s is timed by the orchestrator, fill_load; the engine's own figure goes to engine_config)
+ENGINE_METRICS = ("kv_cache_bytes_effective", "kv_cache_bytes_needed", "profile_overhead")
 # a row's side-table records, taken off by run_and_store into results/<table>
 ITERATIONS_KEY = "_iterations"
 OPS_KEY = "_ops"
@@ -125,7 +129,9 @@ def base_row(ctx: RunContext, item: PlanItem) -> dict:
         "engine": arm.engine,
         "engine_env": env_name(arm),
         "model": arm.model,
-        "mmap": params.model_dump().get("mmap"),
+        # vLLM reads its weights into anonymous memory: not mapped, and a memory
+        # comparison must see it so (omni.provisioning), not as unknown
+        "mmap": False if arm.engine == "vllm" else params.model_dump().get("mmap"),
         "dtype": arm.dtype,
         "quantization": arm.quantization,
         "kv_cache_bytes": arm.kv_cache_bytes,
@@ -153,10 +159,13 @@ def base_row(ctx: RunContext, item: PlanItem) -> dict:
 
 
 KV_ENGINES = ("vllm", "llamacpp")
+# VLLM_CPU_KVCACHE_SPACE's default, in GiB: vLLM's pool when the arm sets no kv_cache_bytes
+VLLM_DEFAULT_KV_GIB = 4
 
 
 def validity_rules(arm: Arm) -> list[tuple[str, str]]:
-    """Named reasons to doubt an arm's numbers before it even runs."""
+    """Named reasons to doubt an arm's numbers before it even runs (the KV
+    pool against the workload's need is checked after, :func:`kv_rules`)."""
     found = []
     if arm.engine in KV_ENGINES and arm.context_len is None:
         found.append(
@@ -164,6 +173,15 @@ def validity_rules(arm: Arm) -> list[tuple[str, str]]:
                 "context_len_unset",
                 "context_len is unset: the engine sizes its KV cache by its own default, "
                 "allocated and never touched, so memory numbers mean nothing; set context_len",
+            )
+        )
+    if arm.engine == "vllm" and not arm.kv_cache_bytes and "VLLM_CPU_KVCACHE_SPACE" not in arm.env:
+        found.append(
+            (
+                "kv_cache_default",
+                f"kv_cache_bytes is unset: vLLM allocates its default {VLLM_DEFAULT_KV_GIB} GiB KV pool "
+                "(VLLM_CPU_KVCACHE_SPACE) whatever the workload needs, so its memory is mostly that pool; "
+                "set kv_cache_bytes near batch_size x context_len x the model's KV bytes per token",
             )
         )
     if arm.prompt_len <= 1:
@@ -175,6 +193,12 @@ def validity_rules(arm: Arm) -> list[tuple[str, str]]:
             )
         )
     return found
+
+
+def kv_rules(row: dict) -> list[tuple[str, str]]:
+    """The run's KV pool against its workload's need, once the engine reported both."""
+    why = kv_overprovisioned(row.get("kv_cache_bytes_needed"), row.get("kv_cache_bytes_effective"))
+    return [("kv_overprovisioned", f"kv_overprovisioned: {why}")] if why else []
 
 
 def warn(row: dict, rule: str, message: str) -> None:
@@ -190,17 +214,20 @@ def check_busy(ctx: RunContext, item: PlanItem, row: dict) -> bool:
 
     A busy slot is measured again every ``BUSY_RECHECK_S`` for up to
     ``ctx.busy_wait_s`` (not with ``--force``, which runs at once); the row
-    records how long the run waited (``busy_waited_s``).
+    records how long the run waited (``busy_waited_s``). The slot's idle SMT
+    siblings are checked with its CPUs: a neighbour there shares their cores.
     """
+    row["smt_mode"] = item.slot.smt
+    row["smt_siblings"] = list(item.slot.siblings)
     started = time.monotonic()
-    report = measure_busy(list(item.slot.cpus))
+    report = measure_busy(list(item.slot.owned))
     while report.max_pct > ctx.busy_threshold_pct and not ctx.force:
         left = ctx.busy_wait_s - (time.monotonic() - started)
         if left <= 0:
             break
         if RUNS.stopping.wait(min(BUSY_RECHECK_S, left)):
             raise RunInterrupted(f"run {item.run_id} not started: this process is going down")
-        report = measure_busy(list(item.slot.cpus))
+        report = measure_busy(list(item.slot.owned))
     row["busy_max_pct"] = report.max_pct
     row["busy_waited_s"] = time.monotonic() - started if ctx.busy_wait_s and not ctx.force else 0.0
     if report.max_pct <= ctx.busy_threshold_pct:
@@ -242,6 +269,7 @@ def fill_outcome(row: dict, proc: EngineProcess, finished_in_time: bool, timeout
         # active exception"). The numbers stand; the row says what happened.
         row["status"] = "ok"
         fill_metrics(row, proc, result)
+        fill_load(row, proc, result)
         warn(
             row,
             "teardown_crash",
@@ -255,6 +283,28 @@ def fill_outcome(row: dict, proc: EngineProcess, finished_in_time: bool, timeout
     else:
         row["status"] = "ok"
         fill_metrics(row, proc, result)
+        fill_load(row, proc, result)
+    if result is not None and row["status"] in ("ok", "invalid"):
+        fill_head(row, result.get("head"))
+
+
+def loaded_after(proc: EngineProcess) -> float | None:
+    """Seconds from the engine process's start to its first ``loaded`` mark, as
+    the orchestrator saw them: the same span for every engine, whatever each
+    imports before or after its own clock starts (vLLM's clock included
+    ``import torch, vllm``, llama.cpp's not ``import llama_cpp``)."""
+    marks = [t for t, phase in proc.sampler.phase_marks if phase == "loaded"]
+    return marks[0] - proc.started if marks else None
+
+
+def fill_load(row: dict, proc: EngineProcess, result: dict) -> None:
+    """load_s from outside; the KV pool against the workload's need."""
+    row["load_s"] = loaded_after(proc)
+    engine_load = result.get("metrics", {}).get("load_s")
+    if engine_load is not None:  # the engine's own clock, kept to compare
+        row["engine_config"] = {**(row.get("engine_config") or {}), "engine_load_s": engine_load}
+    for rule, message in kv_rules(row):
+        warn(row, rule, message)
 
 
 def fill_metrics(row: dict, proc: EngineProcess, result: dict) -> None:
@@ -284,7 +334,8 @@ def fill_audits(row: dict, per_iteration: list[dict], fresh: dict | None) -> Non
     """The run's own audits (omni.audit): a sequence that generated other than
     max_tokens makes the run ``invalid`` (its rates assume max_tokens); timed
     repeats faster than their first sight beyond noise are a warning, unless
-    the arm turned a prefix cache on, when they are what it asked for."""
+    the arm turned a prefix cache on, when they are what it asked for; steps
+    that served only part of the batch are a warning (not_lock_step)."""
     tokens = audit_tokens(row["max_tokens"], per_iteration)
     row["tokens_mismatch_iterations"] = tokens.mismatched
     if tokens.mismatched:
@@ -297,6 +348,16 @@ def fill_audits(row: dict, per_iteration: list[dict], fresh: dict | None) -> Non
         warn(row, "tokens_mismatch", message)
         if row["status"] == "ok":
             row.update(status="invalid", error=message)
+    partial, steps, iterations = partial_step_counts(per_iteration)
+    if partial:
+        warn(
+            row,
+            "not_lock_step",
+            f"not_lock_step: {partial} of {steps} engine steps, in {iterations} of {len(per_iteration)} timed "
+            "iteration(s), gave a token to fewer than all sequences not yet done (a prefill chunked over steps: "
+            "vLLM's max_num_batched_tokens below batch x prompt_len?): the per-request TTFT, TPOT and ITL are "
+            "exact; ttft_ms is the last sequence's first token, and decode_tok_s spans steps that also prefilled",
+        )
     fresh_ms = fresh["ttft_s"] * 1000 if fresh and fresh.get("ttft_s") else None
     repeats = audit_repeats([p["ttft_ms"] for p in per_iteration], fresh_ms)
     row["audit_fresh_ttft_ms"] = fresh_ms
@@ -332,10 +393,39 @@ def fill_profile(row: dict, profile: dict) -> None:
         row.update(status="invalid", error=why)
 
 
+def fill_head(row: dict, head: dict | None) -> None:
+    """The output head as the engine loaded it, what was claimed about it and
+    by whom (omni.heads): a quantized claim met by a dense head makes the run
+    ``invalid`` (dense_head), profiled or not. An engine that reports no head
+    (synthetic) leaves the columns null."""
+    if not head:
+        return
+    params = row.get("engine_params") or {}
+    if isinstance(params, str):
+        params = json.loads(params)
+    check = check_head(row["engine"], row.get("quantization"), params, row.get("model") in PRESETS, head)
+    row["head_weight_type"] = check.weight_type
+    row["head_claim"] = check.claim.describe() if check.claim else None
+    row["quantization_seen"] = check.quantization_seen
+    if check.unchecked:
+        warn(row, HEAD_UNCHECKED, check.unchecked)
+    if check.contradiction:
+        warn(row, DENSE_HEAD, check.contradiction)
+        if row["status"] == "ok":
+            row.update(status="invalid", error=check.contradiction)
+
+
 def fill_binding(row: dict, proc: EngineProcess, item: PlanItem, method: str) -> None:
+    """The binding the tree actually had, its memory per node, and the
+    interference it met. Memory per node is trusted from a steady-state
+    ``numa_maps`` read of every process only: an earlier read may predate the
+    engine touching its memory, so without one the per-node columns are null
+    and ``memory_binding_verified`` false, and no rule reads them."""
     sampler = proc.sampler
     seen = {**sampler.seen, **{f"{pid}/{tid}": t for (pid, tid), t in sampler.threads_seen.items()}}
     check = verify_binding(seen, item.slot, membind_expected=method == "numactl", numa=sampler.numa_seen)
+    unread = sampler.numa_not_steady()
+    steady = unread == [] and bool(sampler.numa_seen)
     row.update(
         binding_method=method,
         binding_ok=check.ok,
@@ -344,10 +434,11 @@ def fill_binding(row: dict, proc: EngineProcess, item: PlanItem, method: str) ->
         mems_allowed_seen=check.mems_seen,
         threads_checked=len(sampler.threads_seen),
         mempolicies_seen=check.policies_seen,
-        mem_anon_kib_by_node=node_list(check.anon_kib_by_node),
-        mem_file_kib_by_node=node_list(check.file_kib_by_node),
-        mem_local_fraction=check.local_fraction,
-        mem_file_local_fraction=check.file_local_fraction,
+        mem_anon_kib_by_node=node_list(check.anon_kib_by_node) if steady else None,
+        mem_file_kib_by_node=node_list(check.file_kib_by_node) if steady else None,
+        mem_local_fraction=check.local_fraction if steady else None,
+        mem_file_local_fraction=check.file_local_fraction if steady else None,
+        memory_binding_verified=check.memory_checked and steady,
         numa_by_proc=check.per_process,
         numa_maps_reads=sampler.numa_reads,
         numa_maps_cpu_ms=sampler.numa_cpu_s * 1000,
@@ -359,7 +450,7 @@ def fill_binding(row: dict, proc: EngineProcess, item: PlanItem, method: str) ->
             "no /proc/PID/numa_maps could be read for the run's processes: "
             "the memory binding was applied by numactl but not verified (kernel without CONFIG_NUMA?)",
         )
-    if check.local_fraction is not None and check.local_fraction < REMOTE_WARN_LOCAL:
+    if steady and check.local_fraction is not None and check.local_fraction < REMOTE_WARN_LOCAL:
         warn(
             row,
             "remote_memory",
@@ -367,7 +458,6 @@ def fill_binding(row: dict, proc: EngineProcess, item: PlanItem, method: str) ->
             f"node(s) {format_cpulist(item.slot.mems)} ({describe_nodes(check.anon_kib_by_node)}): its memory "
             "mostly lives off its node, so its speed is that of remote memory",
         )
-    unread = sampler.numa_not_steady()
     row["numa_steady_missing"] = None if unread is None else len(unread)
     if unread:
         names = ", ".join(f"{p.name} ({p.pid})" for p in unread)
@@ -375,13 +465,41 @@ def fill_binding(row: dict, proc: EngineProcess, item: PlanItem, method: str) ->
             row,
             "numa_not_steady",
             f"{len(unread)} process(es) got no numa_maps read in steady state ({names}): "
-            "their memory per node (mem_anon_kib_by_node, mem_local_fraction) is from an earlier read, perhaps "
-            "before they touched their memory; the steady window was too short for this host to read them",
+            "their memory per node may predate their touching it, so mem_anon_kib_by_node, mem_local_fraction "
+            "and the remote_memory rule are left out and memory_binding_verified is false; the steady "
+            "window (params.hold_s) was too short for this host to read them",
         )
+    fill_interference(row, sampler, item)
     if sampler.error and row["status"] == "ok":
         row.update(status="invalid", error=sampler.error)
     if check.violations and row["status"] == "ok":
         row.update(status="invalid", error="process ran outside its slot: " + "; ".join(check.violations))
+
+
+def fill_interference(row: dict, sampler: TreeSampler, item: PlanItem) -> None:
+    """What else ran on the slot's CPUs (and its idle SMT siblings) during the
+    timed part, and how long the run's threads waited for a CPU; a neighbour
+    above :data:`INTERFERENCE_BOUND_PCT` of one CPU is warning ``interference``."""
+    found = summarize_interference(sampler.interference, item.slot.owned)
+    row.update(
+        foreign_cpu_peak_pct=found.peak_pct,
+        foreign_cpu_mean_pct=found.mean_pct,
+        run_delay_ms=found.run_delay_ms,
+        run_delay_ms_per_s=found.run_delay_ms_per_s,
+        interference_samples=found.samples,
+        interference_cpu_ms=sampler.interference_cpu_s * 1000,
+    )
+    if found.peak_pct is not None and found.peak_pct > INTERFERENCE_BOUND_PCT:
+        sibling = " (an idle SMT sibling of the slot)" if found.peak_cpu in item.slot.siblings else ""
+        warn(
+            row,
+            "interference",
+            f"interference: during the timed part, CPU {found.peak_cpu}{sibling} spent {found.peak_pct:.0f}% of "
+            f"a {MIN_WINDOW_S:g} s+ window on work not the run's (bound {INTERFERENCE_BOUND_PCT:g}%; "
+            f"{found.mean_pct:.1f}% of the slot's CPUs over {found.window_s:.1f} s; the run's threads waited "
+            f"{found.run_delay_ms_per_s:.0f} ms/s for a CPU): a thread an OpenMP barrier waits on was slowed, "
+            "so every thread was",
+        )
 
 
 def run_arm(ctx: RunContext, item: PlanItem) -> dict:

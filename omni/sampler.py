@@ -18,6 +18,13 @@ couple of seconds and at each phase mark, not every tick. A pid once seen
 stays in the tree while it lives, so a child that daemonizes (setsid,
 reparented to init) is still counted.
 
+From the ``loaded`` mark to the ``steady`` mark (the timed part: warm-up and
+timed generations) it also samples interference, about once a second and at
+both marks: ``/proc/stat``'s busy time of every CPU, and each thread's
+``schedstat`` (CPU time, time waiting on a run queue) and last CPU. What the
+slot's CPUs were busy with beyond the tree's own threads is a neighbour's
+(:func:`summarize_interference`).
+
 Measured cost (benchmarks/sampler_overhead.py): about 0.45 % of one core for
 a 3-process tree, of which a third is the 20 Hz timer wake-up itself.
 """
@@ -32,11 +39,19 @@ import time
 from dataclasses import dataclass, field
 
 from omni.mempolicy import NumaMaps, parse_numa_maps, policy_of_thread
-from omni.procfs import read_all
+from omni.procfs import CLK_TCK, ThreadSched, cpu_times, read_all, read_thread_sched
 from omni.topology import parse_cpulist
 
 KIB_PER_MIB = 1024
 NUMA_PHASES = ("steady",)  # phase marks that trigger a numa_maps read (plus the first mark)
+# Interference is sampled from the first of these marks to the last: the timed part.
+INTERFERENCE_FROM, INTERFERENCE_TO = "loaded", "steady"
+# About once a second: a neighbour's duty cycle is tens to hundreds of ms, so a
+# second holds several of its periods, and /proc/stat's 10 ms ticks give a
+# one-CPU share to about 1 %. Slower when a read of a many-threaded tree costs
+# more than the budget (of one core).
+INTERFERENCE_PERIOD_S = 1.0
+INTERFERENCE_BUDGET = 0.002
 
 
 _STATUS_FIELDS = re.compile(rb"^(Name|State|RssAnon|Cpus_allowed_list|Mems_allowed_list):\s*(.*)$", re.M)
@@ -210,6 +225,19 @@ class PssSample:
     pss_anon_kib: int
 
 
+@dataclass(frozen=True)
+class InterferenceSample:
+    """Cumulative counters at one moment of the timed part: every CPU's busy
+    seconds (``/proc/stat``), the tree's CPU seconds by the CPU each thread
+    last ran on, and the tree's run-queue wait, both since the first sample."""
+
+    t: float
+    phase: str
+    busy_s: dict[int, float]
+    tree_s_by_cpu: dict[int, float]
+    run_delay_s: float
+
+
 @dataclass
 class TreeSampler:
     """Background thread sampling a process tree until :meth:`stop`.
@@ -237,6 +265,8 @@ class TreeSampler:
     numa_reads: int = 0
     numa_cpu_s: float = 0.0
     phase_marks: list[tuple[float, str]] = field(default_factory=list)
+    interference: list[InterferenceSample] = field(default_factory=list)
+    interference_cpu_s: float = 0.0
 
     def __post_init__(self) -> None:
         self._stopping = False
@@ -253,6 +283,12 @@ class TreeSampler:
         self._bindings: dict[tuple[int, str, str], tuple[list[int], list[int]]] = {}
         self._statm = StatmReader()
         self.error: str | None = None
+        self._interference_on = False
+        self._next_interference = 0.0
+        self._interference_lock = threading.Lock()
+        self._sched: dict[tuple[int, int], ThreadSched] = {}
+        self._tree_s_by_cpu: dict[int, float] = {}
+        self._run_delay_s = 0.0
         self._thread = threading.Thread(target=self._loop, name=f"sampler-{self.root_pid}", daemon=True)
 
     def start(self) -> TreeSampler:
@@ -274,6 +310,16 @@ class TreeSampler:
         # comes the engine's warm-up and timed work, which a 60 ms read of a
         # vLLM tree on a shared core would disturb; paced reads go on between
         self._numa_due = self._numa_due or phase in NUMA_PHASES or len(self.phase_marks) == 1
+        # here, on the log reader's thread, not at the sampler's next tick: the
+        # marks bound the timed part, and a fast run has both within one tick
+        if phase == INTERFERENCE_FROM or (self._interference_on and phase == INTERFERENCE_TO):
+            self._interference_on = phase == INTERFERENCE_FROM
+            try:
+                self._self_timed_interference(refresh=True)
+            except Exception as err:  # noqa: BLE001 - the log reader must go on draining the engine's pipe
+                self._interference_on = False
+                self.error = self.error or f"sampler failed: {type(err).__name__}: {err}"
+            self._next_interference = time.monotonic() + INTERFERENCE_PERIOD_S
 
     def numa_not_steady(self) -> list[NumaSeen] | None:
         """Processes of the tree at the steady mark whose numa_maps got no read
@@ -310,6 +356,9 @@ class TreeSampler:
                 self._pss_due = False
                 cost = self._timed(self._sample_pss)
                 self._next_pss = now + max(self.interval, cost / self.budget)
+            if self._interference_on and now >= self._next_interference:
+                cost = self._self_timed_interference(refresh=False)
+                self._next_interference = now + max(INTERFERENCE_PERIOD_S, cost / INTERFERENCE_BUDGET)
             if self._numa_due or (self._numa_live and now >= self._next_numa):
                 self._numa_due = False
                 cost = self._timed(self._sample_numa_and_threads)
@@ -325,6 +374,46 @@ class TreeSampler:
         start = time.thread_time()
         work()
         return time.thread_time() - start
+
+    def _self_timed_interference(self, refresh: bool) -> float:
+        with self._interference_lock:
+            cost = self._timed(lambda: self._sample_interference(refresh))
+            self.interference_cpu_s += cost
+            return cost
+
+    def _sample_interference(self, refresh: bool) -> None:
+        """Add one :class:`InterferenceSample`. Each thread's CPU time since the
+        last sample goes to the CPU it last ran on (exact when engines bind one
+        OpenMP thread per CPU). A thread first seen after the first sample is
+        new, so all of its counters count; one that ended since is lost."""
+        pids = set(self._pids)
+        if refresh:  # at a mark: children the paced tree refresh has not found yet
+            pids |= descendants(self.root_pid, parent_map())
+        first = not self.interference
+        for pid in pids:
+            try:
+                tids = os.listdir(f"/proc/{pid}/task")
+            except OSError:
+                continue
+            for tid in tids:
+                now = read_thread_sched(pid, tid)
+                if now is None:
+                    continue
+                key = (pid, int(tid))
+                before = self._sched.get(key)
+                self._sched[key] = now
+                if first:
+                    continue
+                if before and now.exec_ns < before.exec_ns:  # a reused tid: another thread
+                    before = None
+                exec_ns = now.exec_ns - (before.exec_ns if before else 0)
+                delay_ns = now.run_delay_ns - (before.run_delay_ns if before else 0)
+                self._tree_s_by_cpu[now.cpu] = self._tree_s_by_cpu.get(now.cpu, 0.0) + exec_ns / 1e9
+                self._run_delay_s += delay_ns / 1e9
+        busy = {cpu: ticks / CLK_TCK for cpu, (ticks, _) in cpu_times().items()}
+        self.interference.append(
+            InterferenceSample(time.monotonic(), self._phase, busy, dict(self._tree_s_by_cpu), self._run_delay_s)
+        )
 
     def _refresh_tree(self) -> None:
         """Find new descendants, and read every member's binding and state."""
@@ -443,6 +532,83 @@ def summarize_series(points: list[tuple[float, str, int]]) -> MemorySummary:
         steady_mb=statistics.median(steady) if steady else None,
         count=len(points),
         interval_ms=statistics.mean(gaps) * 1000 if gaps else None,
+    )
+
+
+# Windows shorter than this are merged into the next: at /proc/stat's 10 ms
+# ticks, a 0.1 s window between a paced sample and a mark would read a
+# one-tick blip as 10 % of a CPU.
+MIN_WINDOW_S = 0.5
+
+
+@dataclass(frozen=True)
+class Interference:
+    """CPU time on a slot's CPUs that the run's own tree did not use, and the
+    time its threads waited for a CPU, over the timed part."""
+
+    peak_pct: float | None  # busiest CPU's foreign share in its worst window, % of one CPU
+    peak_cpu: int | None
+    mean_pct: float | None  # all foreign time over the timed part, % of the CPUs' capacity
+    run_delay_ms: float | None
+    run_delay_ms_per_s: float | None
+    window_s: float | None
+    samples: int
+
+
+def _foreign(a: InterferenceSample, b: InterferenceSample, cpus: tuple[int, ...]) -> tuple[dict[int, float], float]:
+    """Per CPU and in total, seconds the CPUs were busy with other than the tree
+    between two samples. A thread that moved between CPUs inside the window is
+    counted on its last one, so one CPU may look foreign-busy while another
+    shows the tree's time unaccounted: no CPU's share exceeds the total."""
+    busy = {c: b.busy_s.get(c, 0.0) - a.busy_s.get(c, 0.0) for c in cpus}
+    tree = {c: b.tree_s_by_cpu.get(c, 0.0) - a.tree_s_by_cpu.get(c, 0.0) for c in cpus}
+    total = max(0.0, sum(busy.values()) - sum(tree.values()))
+    return {c: min(max(0.0, busy[c] - tree[c]), total) for c in cpus}, total
+
+
+def summarize_interference(
+    samples: list[InterferenceSample], cpus: tuple[int, ...], min_window_s: float = MIN_WINDOW_S
+) -> Interference:
+    """Foreign CPU share and run-queue wait over ``samples`` on ``cpus`` (the
+    slot's CPUs and the idle SMT siblings it owns).
+
+    The peak is per CPU and per window (consecutive samples, merged to at least
+    ``min_window_s``): one CPU an OpenMP barrier waits on is what slows the
+    run, and a neighbour on one of eight CPUs is 12 % of the slot but all of
+    that CPU's thread's lateness. ``None`` figures: fewer than two samples;
+    no peak when the whole window is shorter than ``min_window_s`` (a tick
+    would weigh too much).
+    """
+    cpus = tuple(sorted(set(cpus)))
+    if len(samples) < 2 or not cpus:
+        return Interference(None, None, None, None, None, None, len(samples))
+    peak, peak_cpu = 0.0, cpus[0]
+    start = samples[0]
+    for i, sample in enumerate(samples[1:], 1):
+        span = sample.t - start.t
+        if span < min_window_s and i < len(samples) - 1:
+            continue
+        if span > 0:
+            per_cpu, _ = _foreign(start, sample, cpus)
+            cpu = max(per_cpu, key=per_cpu.get)
+            if 100 * per_cpu[cpu] / span > peak:
+                peak, peak_cpu = min(100.0, 100 * per_cpu[cpu] / span), cpu
+        start = sample
+    first, last = samples[0], samples[-1]
+    window = last.t - first.t
+    if window <= 0:
+        return Interference(None, None, None, None, None, None, len(samples))
+    _, total = _foreign(first, last, cpus)
+    delay_ms = (last.run_delay_s - first.run_delay_s) * 1000
+    judged = window >= min_window_s
+    return Interference(
+        peak_pct=peak if judged else None,
+        peak_cpu=peak_cpu if judged else None,
+        mean_pct=min(100.0, 100 * total / (window * len(cpus))),
+        run_delay_ms=delay_ms,
+        run_delay_ms_per_s=delay_ms / window,
+        window_s=window,
+        samples=len(samples),
     )
 
 

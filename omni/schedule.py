@@ -1,10 +1,11 @@
-"""Runs on slots at the same time: each slot holds one run, runs start in plan order.
+"""Runs on slots at the same time: each slot holds one run, each slot's runs start in plan order.
 
 Why an allocator inside the flow rather than a Prefect global concurrency limit
 per slot: a limit counts holders, it does not say *which* slot a run got, and
 a run must know its CPUs before it starts (they go on its numactl line and in
-its row). The flow hands out slots from a queue, in the plan's seeded
-interleaved order, the moment one frees; it works the same with Prefect's
+its row). Each run has its slot from the plan (arms rotated over slots,
+:func:`omni.plan.rotated_slot`); the flow starts, the moment a slot frees, the
+earliest run of the plan assigned to it. It works the same with Prefect's
 temporary server and with a real one. Two sweeps on one host (a nightly
 starting while a manual sweep runs) are kept apart by per-CPU file locks
 (:func:`hold_cpus`), and a foreign load by the busy-core refusal.
@@ -34,7 +35,7 @@ class _Completable(Protocol):
 
 
 class SlotPool:
-    """The sweep's free slots; :meth:`take` blocks until one is free."""
+    """The sweep's free slots; :meth:`take` blocks until one is free and says which."""
 
     def __init__(self, slots: list[Slot]) -> None:
         if not slots:
@@ -53,19 +54,32 @@ class SlotPool:
 def dispatch(
     items: list[PlanItem], slots: list[Slot], submit: Callable[[PlanItem], _Completable]
 ) -> list[tuple[PlanItem, _Completable]]:
-    """Submit each item, in order, once a slot is free; the slot returns when it ends.
+    """Submit each item on its own slot (``item.slot``), each slot's items in
+    plan order: when a slot frees, the earliest item waiting for it starts,
+    and a slot none waits for stays free. The slot returns when its run ends.
 
-    ``submit`` returns anything with ``add_done_callback`` (a Prefect future or
-    a ``concurrent.futures.Future``); a future that fails still frees its slot.
-    Returns each item as placed, with its future.
+    An item whose slot is not one of ``slots`` (planned on other slots)
+    takes slot (its position in ``items``) mod len(slots). ``submit`` returns anything with ``add_done_callback``
+    (a Prefect future or a ``concurrent.futures.Future``); a future that
+    fails still frees its slot. Returns each item as placed, with its future,
+    in the order they started.
     """
     pool = SlotPool(slots)
+    waiting: dict[Slot, list[PlanItem]] = {slot: [] for slot in slots}
+    for i, item in enumerate(items):
+        slot = item.slot if item.slot in waiting else slots[i % len(slots)]
+        waiting[slot].append(replace(item, slot=slot))
     submitted = []
-    for item in items:
-        placed = replace(item, slot=pool.take())
+    left = len(items)
+    while left:
+        slot = pool.take()
+        if not waiting[slot]:
+            continue  # this slot's share is done; the others' runs end on theirs
+        placed = waiting[slot].pop(0)
         future = submit(placed)
         future.add_done_callback(lambda _done, slot=placed.slot: pool.give(slot))
         submitted.append((placed, future))
+        left -= 1
     return submitted
 
 
@@ -86,7 +100,9 @@ def lock_dir() -> Path:
 def hold_cpus(cpus: tuple[int, ...], directory: Path | None = None) -> Iterator[float]:
     """Hold every CPU of a slot exclusively across processes on this host.
 
-    One ``flock`` per CPU, taken in ascending order (no two holders can wait on
+    ``cpus``: what the slot owns (:attr:`omni.topology.Slot.owned`), its idle
+    SMT siblings included, so a sweep with ``smt: true`` or other cores cannot
+    start a run on a core this slot's run is using. One ``flock`` per CPU, taken in ascending order (no two holders can wait on
     each other), so sweeps with different slot sizes still exclude each other
     on the CPUs they share. Yields the seconds spent waiting. The kernel drops
     the locks if the holder dies, SIGKILL included.

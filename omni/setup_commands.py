@@ -81,12 +81,17 @@ def models_make(
     out_dir: Path | None = typer.Option(
         None, "--out", callback=directory_to_make, help="directory (default models/PRESET)"
     ),
+    gguf: list[str] = typer.Option(
+        [], "--gguf", help="GGUF type to make (bf16, q8_0, q4_0; repeatable) for presets that make them on demand"
+    ),
 ) -> None:
     """Write the preset's HF directory and GGUF files; print their digests."""
-    from omni.models import PRESETS
+    from omni.models import GGUF_TYPES, PRESETS
     from omni.resources import make_model
 
     if preset not in PRESETS:
         raise OmniError(f"unknown preset {preset!r}; known: {', '.join(PRESETS)}")
-    manifest = make_model(REPO_ROOT, preset, out_dir.resolve() if out_dir else None)
+    if unknown := [k for k in gguf if k not in GGUF_TYPES]:
+        raise OmniError(f"unknown GGUF type(s) {', '.join(unknown)}; known: {', '.join(GGUF_TYPES)}")
+    manifest = make_model(REPO_ROOT, preset, out_dir.resolve() if out_dir else None, tuple(gguf))
     show(render.model_made(preset, manifest))

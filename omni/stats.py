@@ -27,6 +27,12 @@ of its own iterations implies. At 3-5 passes it stays honest where
 a bootstrap does not: over A/A comparisons of log-normal data, 3.6 % false
 positives at 3 passes (tests/unit/test_stats.py simulates it), where a percentile
 bootstrap of the ratio of medians gave 8 % when the rule was chosen.
+
+Where the runs of a sweep sit on several slots the interval is instead the
+arm coefficient of an arm + slot fit in log space (:func:`blocked_log_interval`).
+An arm is judged on many metrics at once; :func:`adjust_for_multiplicity`
+sets each metric's interval level so that an arm identical to the baseline
+is called different on any of them at most 5 % of the time.
 """
 
 from __future__ import annotations
@@ -47,6 +53,11 @@ MAD_TO_SIGMA = 1.4826  # MAD of a normal sample x this = its standard deviation
 MEDIAN_EFFICIENCY = math.sqrt(math.pi / 2)  # se(median) / se(mean) for normal data
 OUTLIER_Z = 3.5  # Iglewicz and Hoaglin's modified z-score cut
 RESAMPLES = 2000
+# Fewer runs than this get no interval of the median: with n runs the
+# percentile bootstrap's 95 % interval of the median is [min, max], whose
+# coverage is 1 - 2 (1/2)^n: 75 % at 3 runs, 87.5 % at 4. min and max are
+# shown beside it anyway; a "95 %" label on them would claim what they are not.
+MIN_INTERVAL_RUNS = 5
 
 # Default noise of one run's value on a shared host (../shared/DESIGN.md):
 # end-to-end throughput and latency swing about 30 %, per-op self time about
@@ -100,7 +111,9 @@ class Summary:
 
     ``mad`` is the raw median absolute deviation; ``cv`` is the robust
     coefficient of variation, 1.4826 x MAD / |median|. ``ci_low``/``ci_high``
-    bound the median (bootstrap percentile, ``None`` below 2 values).
+    bound the median (bootstrap percentile, ``None`` below
+    :data:`MIN_INTERVAL_RUNS` values: there it would be [min, max], at
+    :func:`min_max_coverage`, far below its nominal level).
     ``outliers`` are the values whose modified z-score exceeds 3.5.
     """
 
@@ -148,11 +161,19 @@ def bootstrap_median_ci(values: np.ndarray, confidence: float = 0.95, seed: int 
     return float(res.confidence_interval.low), float(res.confidence_interval.high)
 
 
+def min_max_coverage(n: int) -> float:
+    """The chance that [min, max] of n values holds their median: all n on
+    one side of it has chance 2 (1/2)^n (the sign test's order-statistic
+    interval, e.g. Hollander and Wolfe, Nonparametric Statistical Methods)."""
+    return 1 - 2 * 0.5**n if n >= 1 else 0.0
+
+
 def summarize(values: Iterable[float | None], confidence: float = 0.95, seed: int = 0) -> Summary:
     real = _real(values)
     if real.size == 0:
         return Summary(0, None, None, None, None, None, None, None)
-    low, high = bootstrap_median_ci(real, confidence, seed) if real.size >= 2 else (None, None)
+    enough = real.size >= MIN_INTERVAL_RUNS
+    low, high = bootstrap_median_ci(real, confidence, seed) if enough else (None, None)
     return Summary(
         n=int(real.size),
         median=float(np.median(real)),
@@ -185,6 +206,8 @@ class Comparison:
     verdict: Verdict
     below_min_effect: bool = False  # better/worse, but the whole interval is inside +-min_effect
     passes_needed: int | None = None  # per arm, to resolve min_effect (inconclusive only)
+    confidence: float = 0.95  # of the interval: above 0.95 where adjusted for the metrics judged with it
+    blocked: bool = False  # judged within blocks (slots): the interval is blocked_log_interval's
 
 
 def pooled_log_sd(samples: Iterable[np.ndarray]) -> float | None:
@@ -224,6 +247,58 @@ def welch_log_interval(
     return diff, t * math.sqrt(var), noise, df
 
 
+def blocked_log_interval(
+    b: np.ndarray,
+    o: np.ndarray,
+    blocks: tuple[Sequence, Sequence],
+    confidence: float,
+    drift: float = 0.0,
+    within: tuple[float, float] = (0.0, 0.0),
+) -> tuple[float, float, float, float] | None:
+    """(difference of log means, its half-width, residual sd, df) with the
+    block (a slot) as a blocking factor; None where it cannot be fitted.
+
+    Least squares of log value = level + arm + block (an additive two-way
+    model without interaction, e.g. Montgomery, Design and Analysis of
+    Experiments, ch. 4): the arm coefficient is the difference of the arms
+    within blocks, its variance s^2 (X'X)^-1 from the residual variance at
+    n - parameters degrees of freedom. A slot on another socket or nearer the
+    orchestrator shifts every run on it; unblocked, that shift is noise (a
+    wider interval) or, where arms visited slots unequally, bias. The
+    residual variance is floored by ``within`` as Welch's is, and the
+    between-sweep ``drift`` adds 2 drift^2. None when the runs sit in one
+    block, a block label is missing, or the arm is confounded with the
+    blocks (no degree of freedom left): the caller falls back to Welch.
+    """
+    labels = [*blocks[0], *blocks[1]]
+    if len(labels) != b.size + o.size or any(v is None or (isinstance(v, float) and math.isnan(v)) for v in labels):
+        return None
+    levels = sorted(set(labels))
+    if len(levels) < 2:
+        return None
+    y = np.concatenate([np.log(b), np.log(o)])
+    arm = np.r_[np.zeros(b.size), np.ones(o.size)]
+    x = np.column_stack([np.ones(y.size), arm, *[[float(v == level) for v in labels] for level in levels[1:]]])
+    df = y.size - x.shape[1]
+    if df < 1 or np.linalg.matrix_rank(x) < x.shape[1]:
+        return None
+    coef, *_ = np.linalg.lstsq(x, y, rcond=None)
+    resid = y - x @ coef
+    s2 = max(float(resid @ resid) / df, *within)
+    var = s2 * float(np.linalg.inv(x.T @ x)[1, 1]) + 2 * drift**2
+    t = float(sps.t.ppf(0.5 + confidence / 2, df))
+    return float(coef[1]), t * math.sqrt(var), math.sqrt(s2), float(df)
+
+
+def _positive(values: Sequence[float | None], blocks: Sequence | None) -> tuple[np.ndarray, list]:
+    """The real, positive values and the block of each (blocks None: all None)."""
+    blocks = blocks if blocks is not None else [None] * len(values)
+    kept = [
+        (float(v), k) for v, k in zip(values, blocks) if v is not None and not math.isnan(float(v)) and float(v) > 0
+    ]
+    return np.array([v for v, _ in kept], dtype=float), [k for _, k in kept]
+
+
 def compare(
     base: Sequence[float | None],
     other: Sequence[float | None],
@@ -233,6 +308,7 @@ def compare(
     drift: float = 0.0,
     confidence: float = 0.95,
     within: tuple[float, float] = (0.0, 0.0),
+    blocks: tuple[Sequence, Sequence] | None = None,
 ) -> Comparison:
     """Judge ``other`` against ``base`` with an equivalence margin (see module doc).
 
@@ -240,26 +316,92 @@ def compare(
     scale. Fewer than 2 values on a side is ``inconclusive``: no noise seen.
     ``within``: per side, the variance of a run's log value implied by its
     iterations (:func:`within_run_variance`), a floor on the between-run one.
+    ``blocks``: per side, the block (slot) of each value; where the runs span
+    2 blocks or more the interval is :func:`blocked_log_interval`'s, else Welch's.
+    ``confidence`` is the interval's (:func:`adjust_for_multiplicity` sets it per metric).
     """
-    b, o = _real(base), _real(other)
-    b, o = b[b > 0], o[o > 0]
+    b, b_blocks = _positive(base, blocks[0] if blocks else None)
+    o, o_blocks = _positive(other, blocks[1] if blocks else None)
     if b.size < 2 or o.size < 2:
         ratio = float(np.median(o) / np.median(b)) if b.size and o.size else None
         return Comparison(
-            int(b.size), int(o.size), ratio, None, None, min_effect, None, drift, "inconclusive", passes_needed=3
+            int(b.size),
+            int(o.size),
+            ratio,
+            None,
+            None,
+            min_effect,
+            None,
+            drift,
+            "inconclusive",
+            passes_needed=3,
+            confidence=confidence,
         )
-    diff, half, noise, _ = welch_log_interval(b, o, confidence, drift, within)
+    fitted = blocked_log_interval(b, o, (b_blocks, o_blocks), confidence, drift, within) if blocks else None
+    diff, half, noise, _ = fitted or welch_log_interval(b, o, confidence, drift, within)
     noise = max(noise, math.sqrt(max(within)))
     ratio, low, high = math.exp(diff), math.exp(diff - half), math.exp(diff + half)
     margin = math.log1p(min_effect)
     inside = -margin <= diff - half and diff + half <= margin
+    common = {"confidence": confidence, "blocked": fitted is not None}
     if low > 1 or high < 1:
         verdict: Verdict = "better" if (low > 1) == (better == "higher") else "worse"
-        return Comparison(b.size, o.size, ratio, low, high, min_effect, noise, drift, verdict, below_min_effect=inside)
+        return Comparison(
+            b.size, o.size, ratio, low, high, min_effect, noise, drift, verdict, below_min_effect=inside, **common
+        )
     if inside:
-        return Comparison(b.size, o.size, ratio, low, high, min_effect, noise, drift, "equivalent")
+        return Comparison(b.size, o.size, ratio, low, high, min_effect, noise, drift, "equivalent", **common)
     needed = passes_needed(min_effect, max(noise, drift), confidence)
-    return Comparison(b.size, o.size, ratio, low, high, min_effect, noise, drift, "inconclusive", passes_needed=needed)
+    return Comparison(
+        b.size, o.size, ratio, low, high, min_effect, noise, drift, "inconclusive", passes_needed=needed, **common
+    )
+
+
+# --- many metrics per arm ---
+
+ALPHA = 0.05  # the chance, per arm against the baseline, of calling an A/A arm different on any metric
+# The primary metrics' share of ALPHA; the rest of the judged metrics share the remainder.
+PRIMARY_SHARE = 0.8
+
+
+@dataclass(frozen=True)
+class Adjustment:
+    """Each metric's interval level when one arm is judged on many metrics.
+
+    A weighted Bonferroni split of ``alpha`` (Holm 1979 sec. 2; any
+    dependence between the metrics, which reciprocal pairs such as TTFT and
+    prefill rate have in full): the primary metrics share ``PRIMARY_SHARE`` of
+    it equally, the others the rest, so the chance that an arm identical to
+    the baseline is called better or worse on any metric is at most
+    ``alpha``. Intervals rather than Holm's step-down: a verdict reads off its
+    interval, and Holm's has no interval of its own (a step-down on p-values
+    would leave the printed intervals at a level no verdict used).
+    """
+
+    alpha: float
+    primary: tuple[str, ...]
+    secondary: tuple[str, ...]
+    confidence: Mapping[str, float]
+
+    def describe(self) -> str:
+        def level(names: tuple[str, ...]) -> str:
+            return f"{len(names)} at {100 * self.confidence[names[0]]:.4g} % each" if names else "none"
+
+        return (
+            f"Bonferroni, weighted, family-wise {self.alpha:.0%} per arm against the baseline: "
+            f"primary metrics {level(self.primary)}, the others {level(self.secondary)}"
+        )
+
+
+def adjust_for_multiplicity(metrics: Sequence[str], primary: Sequence[str], alpha: float = ALPHA) -> Adjustment:
+    """The level of each of ``metrics``' intervals (see :class:`Adjustment`);
+    ``primary``: the spec's primary metrics (those not in ``metrics`` have no values and are left out)."""
+    first = tuple(m for m in metrics if m in primary)
+    rest = tuple(m for m in metrics if m not in primary)
+    share = PRIMARY_SHARE if first and rest else 1.0 if first else 0.0
+    confidence = {m: 1 - alpha * share / len(first) for m in first}
+    confidence |= {m: 1 - alpha * (1 - share) / len(rest) for m in rest}
+    return Adjustment(alpha, first, rest, confidence)
 
 
 def between_sweep_drift(by_sweep: Sequence[np.ndarray], noise: float) -> float:

@@ -334,7 +334,10 @@ def _v9_to_v10(table: pa.Table) -> pa.Table:
     timing (lock step or not), the KV its workload needs, the output head as
     loaded, interference measured during the run. None of it was measured
     before, so null; ``mmap`` of a vLLM row was null and means False (vLLM's
-    weights are anonymous memory), which the v10 writer stores."""
+    weights are anonymous memory), which the v10 writer stores. An older row's
+    per-node memory columns may come from a read before steady state (its
+    ``numa_not_steady`` warning says so); ``memory_binding_verified`` null
+    there means not assessed, not false."""
     return table
 
 

@@ -22,15 +22,20 @@ import pandas as pd
 from omni.calibration import NONE, arm_calibrations, metric_kind, noise_floor
 from omni.columns import COLUMNS_BY_NAME, metric_columns
 from omni.errors import OmniError
+from omni.heads import DENSE_HEAD, DENSE_HEAD_ERROR
 from omni.objstore import local_copy, results_root
 from omni.ops import HEAD_RULE, STEP_KINDS
+from omni.provisioning import memory_refusal, provisioning_of
 from omni.retract import SweepRows, ok_rows, without_retracted
 from omni.spec import load_spec
+from omni.spec.sweep import DEFAULT_PRIMARY_METRICS
 from omni.stats import (
     DEFAULT_FLOORS,
     DEFAULT_MIN_EFFECT,
+    Adjustment,
     Comparison,
     Summary,
+    adjust_for_multiplicity,
     compare,
     passes_needed,
     pooled_log_sd,
@@ -43,11 +48,14 @@ from omni.store import profiled as is_profiled
 # rows carry these rules from the runner; a comparison over such rows warns
 ROW_RULES = (
     "context_len_unset",
+    "kv_cache_default",
+    "kv_overprovisioned",
     "prompt_len_le_1",
     "forced_busy",
     "teardown_crash",
     "placement_simulated",
     "numa_not_steady",
+    "interference",
     "repeat_faster",
 )
 
@@ -59,12 +67,35 @@ def default_floor(metric: str) -> float:
 # --- rows ---
 
 
-def void_arms(profiled: pd.DataFrame) -> dict[str, str]:
-    """Arms whose profile shows they did not run what they claim (the bf16-head
-    rule, omni.ops): arm -> why. Their timed runs ran the same configuration,
-    so every number of the arm is void, not only the profiled rows'."""
-    found = profiled[(profiled["status"] == "invalid") & profiled["error"].fillna("").str.startswith(HEAD_RULE)]
-    return {row.arm: f"profiled pass {row.pass_index}: {row.error}" for row in found.itertuples()}
+def void_arms(*frames: pd.DataFrame) -> dict[str, str]:
+    """Arms that did not run what they claim: arm -> why. A run is proof when
+    the engine loaded a dense output head under a quantized claim (the
+    dense_head rule, omni.heads: any run, profiled or not) or its profile
+    shows one (the bf16-head rule, omni.ops). The arm's other runs ran the
+    same configuration, so every number of the arm is void, not only the
+    proving rows'; the first proof found (timed runs before profiled passes,
+    in pass order) is the reason given."""
+    void: dict[str, str] = {}
+    for frame in frames:
+        if frame.empty:
+            continue
+        for row in frame.sort_values("pass_index").to_dict("records"):
+            why = _void_reason(row)
+            if why and row["arm"] not in void:
+                kind = "profiled pass" if row.get("profiled") else "pass"
+                void[row["arm"]] = f"{kind} {row['pass_index']}: {why}"
+    return void
+
+
+def _void_reason(row: dict) -> str | None:
+    error = row.get("error") if isinstance(row.get("error"), str) else ""
+    if row.get("status") == "invalid" and error.startswith((HEAD_RULE, DENSE_HEAD_ERROR)):
+        return error
+    rules = row.get("warning_rules")
+    rules = [] if rules is None or (isinstance(rules, float) and pd.isna(rules)) else list(rules)
+    if DENSE_HEAD in rules:  # invalid first for another reason: the head's warning still proves it
+        return row["warnings"][rules.index(DENSE_HEAD)]
+    return None
 
 
 def sweep_ops(results: Path, sweep_id: str, steps: str = "decode", include_retracted: bool = False):
@@ -116,6 +147,18 @@ def min_effects(spec, metrics: list[str]) -> dict[str, tuple[float, str]]:
     return out
 
 
+def primary_metrics(spec, metrics: list[str]) -> list[str]:
+    """The sweep spec copy's primary metrics (else omni's default) that have
+    values here, in the spec's order, then the other ``metrics``: the order
+    of every view."""
+    named = spec.primary_metrics if spec is not None else DEFAULT_PRIMARY_METRICS
+    return [m for m in named if m in metrics] + [m for m in metrics if m not in named]
+
+
+# the blocking factor of verdicts within one sweep: passes rotate arms over slots (omni.plan)
+BLOCK = "slot_index"
+
+
 # --- a sweep ---
 
 
@@ -153,6 +196,8 @@ class SweepSummary:
     # a replicated fleet sweep: each host's own summary (arms judged within the
     # host); judged then says, per arm and metric, whether the effect holds on every host
     hosts: dict[str, SweepSummary] = field(default_factory=dict)
+    primary: tuple[str, ...] = ()  # the spec's primary metrics that have values, first in ``metrics``
+    adjustment: Adjustment | None = None  # each metric's interval level (multiplicity)
 
 
 def _values(frame: pd.DataFrame, arm: str, metric: str) -> list[float]:
@@ -166,8 +211,8 @@ def _row_warnings(frame: pd.DataFrame, arm: str) -> list[str]:
     return [f"{arm}: {rules.count(r)} run(s) with {r}" for r in dict.fromkeys(rules) if r in ROW_RULES]
 
 
-def _mmap_modes(frame: pd.DataFrame, arm: str) -> set:
-    return {None if pd.isna(v) else bool(v) for v in frame.loc[frame["arm"] == arm, "mmap"]}
+def _provisioning(frame: pd.DataFrame, arm: str) -> list:
+    return [provisioning_of(row) for row in frame.loc[frame["arm"] == arm].to_dict("records")]
 
 
 def mixed_compile_cache(frame: pd.DataFrame, arm: str) -> str | None:
@@ -181,15 +226,25 @@ def mixed_compile_cache(frame: pd.DataFrame, arm: str) -> str | None:
 
 
 def judge(
-    base: pd.DataFrame, other: pd.DataFrame, base_arm: str, arm: str, metric: str, min_effect: float, drift: float = 0.0
+    base: pd.DataFrame,
+    other: pd.DataFrame,
+    base_arm: str,
+    arm: str,
+    metric: str,
+    min_effect: float,
+    drift: float = 0.0,
+    confidence: float = 0.95,
+    block: str | None = None,
 ) -> Judged:
     """Compare ``arm`` (rows ``other``) with ``base_arm`` (rows ``base``) on one
-    metric; ``drift`` > 0 when the two come from different sweeps."""
+    metric; ``drift`` > 0 when the two come from different sweeps;
+    ``confidence``: the interval's level (:func:`omni.stats.adjust_for_multiplicity`);
+    ``block``: the column whose value is a blocking factor (:data:`BLOCK`)."""
     warnings = tuple(_row_warnings(base, base_arm) + _row_warnings(other, arm))
     if metric_kind(metric) == "memory":
-        modes = _mmap_modes(base, base_arm) | _mmap_modes(other, arm)
-        if len(modes - {None}) > 1:
-            return Judged(None, "refused: mixed mmap modes (mmap weights are file pages, not RssAnon)", warnings)
+        # like for like or not at all: KV pools near need, same engine, mmap mode and KV ratio
+        if why := memory_refusal(_provisioning(base, base_arm), _provisioning(other, arm), base_arm, arm):
+            return Judged(None, f"refused: {why}", warnings)
     if metric == "load_s":
         for rows, name in ((base, base_arm), (other, arm)):
             if mixed := mixed_compile_cache(rows, name):
@@ -206,9 +261,19 @@ def judge(
         better=COLUMNS_BY_NAME[metric].better,
         min_effect=min_effect,
         drift=drift,
+        confidence=confidence,
         within=(_within(base, base_arm, metric), _within(other, arm, metric)),
+        blocks=(_blocks(base, base_arm, metric, block), _blocks(other, arm, metric, block)) if block else None,
     )
     return Judged(result, None, warnings)
+
+
+def _blocks(frame: pd.DataFrame, arm: str, metric: str, block: str) -> list:
+    """The ``block`` value of each of :func:`_values`' values, in its order (None where unknown)."""
+    rows = frame.loc[(frame["arm"] == arm) & frame[metric].notna()]
+    if block not in rows.columns:
+        return [None] * len(rows)
+    return [None if pd.isna(v) else v for v in rows[block]]
 
 
 def _within(frame: pd.DataFrame, arm: str, metric: str) -> float:
@@ -221,22 +286,25 @@ def _within(frame: pd.DataFrame, arm: str, metric: str) -> float:
     return within_run_variance(rows[spread].tolist(), rows["iterations"].tolist())
 
 
-def _too_few_passes(metrics, arms, cells, values, effects) -> list[str]:
-    """Per metric: the passes that would resolve its min_effect at the noise
-    seen in this sweep (pooled over arms), when the sweep has fewer."""
-    short: dict[int, list[str]] = {}
+def _too_few_passes(metrics, arms, cells, values, effects, confidence: dict[str, float]) -> list[str]:
+    """One line: per metric, the passes that would resolve its min_effect at
+    the noise seen in this sweep (pooled over arms) and the metric's
+    interval level, where the sweep has fewer; primary metrics first, as
+    ``metrics`` come."""
+    short = []
     for metric in metrics:
         sd = pooled_log_sd([np.array(v) for a in arms if len(v := values[(a, metric)]) > 1 and min(v) > 0])
         if sd is None:
             continue
-        need = passes_needed(effects[metric][0], max(sd, 1e-9))
+        need = passes_needed(effects[metric][0], max(sd, 1e-9), confidence[metric])
         if min(cells[(a, metric)].n for a in arms) < need:
-            short.setdefault(need, []).append(f"{metric} ({effects[metric][0]:.0%} at {sd:.1%} noise)")
+            short.append(f"{metric} {need} ({effects[metric][0]:.0%} at {sd:.1%} noise)")
+    if not short:
+        return []
     have = min((cells[(a, m)].n for a in arms for m in metrics), default=0)
     return [
-        f"too_few_passes: {have} ok run(s) per arm at least; telling min_effect apart with 95 % confidence and "
-        f"80 % power needs {need} for {', '.join(names)}"
-        for need, names in sorted(short.items())
+        f"too_few_passes: {len(short)} metric(s) need more than the {have} ok run(s) per arm to tell "
+        f"min_effect apart with 80 % power at their interval's level: {', '.join(short)}"
     ]
 
 
@@ -285,7 +353,9 @@ def summarize_rows(results: Path, sweep_id: str, rows: SweepRows, spec, one_host
     ``one_host`` False: a fleet's rows, whose host column differs by design."""
     ok, frame, excluded, profiled = rows
     arms = list(dict.fromkeys(frame["arm"]))
-    metrics = [m for m in metric_columns() if ok[m].notna().any()]
+    metrics = primary_metrics(spec, [m for m in metric_columns() if ok[m].notna().any()])
+    named = spec.primary_metrics if spec is not None else DEFAULT_PRIMARY_METRICS
+    adjustment = adjust_for_multiplicity(metrics, named)
     effects = min_effects(spec, metrics)
     baseline = baseline_of(spec, arms)
     calibrations = arm_calibrations(results, frame, arms)
@@ -294,14 +364,20 @@ def summarize_rows(results: Path, sweep_id: str, rows: SweepRows, spec, one_host
         m: (noise_floor(base_cal, m, default_floor(m)), base_cal.source if m in base_cal.noise else "default")
         for m in metrics
     }
+    void = void_arms(frame, profiled)
     cells, judged, values = {}, {}, {}
     for arm in arms:
         for metric in metrics:
             values[(arm, metric)] = _values(ok, arm, metric)
             cells[(arm, metric)] = summarize(values[(arm, metric)])
-            if baseline and arm != baseline:
-                judged[(arm, metric)] = judge(ok, ok, baseline, arm, metric, effects[metric][0])
-    warnings = _too_few_passes(metrics, arms, cells, values, effects)
+            if not baseline or arm == baseline:
+                continue
+            if voided := void.get(arm) or void.get(baseline):
+                judged[(arm, metric)] = Judged(None, void_refusal(arm if arm in void else baseline, voided))
+                continue
+            level = adjustment.confidence[metric]
+            judged[(arm, metric)] = judge(ok, ok, baseline, arm, metric, effects[metric][0], 0.0, level, BLOCK)
+    warnings = _too_few_passes(metrics, arms, cells, values, effects, adjustment.confidence)
     control = control_of(spec, arms)
     untrusted = control_failures(judged, control, baseline, metrics) if control and baseline != control else {}
     warnings += [f"untrustworthy {metric}: {why}" for metric, why in untrusted.items()]
@@ -321,7 +397,6 @@ def summarize_rows(results: Path, sweep_id: str, rows: SweepRows, spec, one_host
         for arm in arms
         if (mixed := mixed_compile_cache(ok, arm))
     ]
-    void = void_arms(profiled)
     warnings += [
         f"void arm {arm}: every number of it is void, its timed runs included: {why}" for arm, why in void.items()
     ]
@@ -346,7 +421,30 @@ def summarize_rows(results: Path, sweep_id: str, rows: SweepRows, spec, one_host
         provenance=provenance,
         profiled=len(profiled),
         void=void,
+        primary=adjustment.primary,
+        adjustment=adjustment,
     )
+
+
+def sweep_primary_and_void(results: Path, sweep_id: str) -> tuple[tuple[str, ...], dict[str, str]]:
+    """The sweep spec copy's primary metrics (else omni's default) and its
+    VOID arms, without judging anything: what the printed table needs."""
+    spec = sweep_spec(results, sweep_id)
+    rows = ok_rows(results, sweep_id)
+    primary = spec.primary_metrics if spec is not None else DEFAULT_PRIMARY_METRICS
+    return tuple(primary), void_arms(rows.timed, rows.profiled)
+
+
+def void_refusal(arm: str, why: str) -> str:
+    """What a verdict of (or against) a VOID arm says instead of a verdict."""
+    return f"VOID ({void_rule(why)}): {arm}'s runs are kept out of every verdict: {why}"
+
+
+def void_rule(why: str) -> str:
+    """The rule's name in a void reason: ``bf16 head`` of ``profiled pass 0:
+    bf16 head: the arm claims …`` (the reason itself when it has no such part)."""
+    parts = [p.strip() for p in why.split(":")]
+    return next((p for p in parts if p and not p.startswith(("profiled pass", "pass "))), why)
 
 
 SWEEP_PROVENANCE = (
@@ -522,6 +620,7 @@ def focus(summary: SweepSummary, metrics: list[str] | None) -> SweepSummary:
     return replace(
         summary,
         metrics=tuple(keep),
+        primary=tuple(m for m in summary.primary if m in keep),
         floors={m: summary.floors[m] for m in keep},
         min_effects={m: summary.min_effects[m] for m in keep},
         cells={k: v for k, v in summary.cells.items() if k[1] in keep},

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import shlex
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -196,9 +196,8 @@ def prepare_sweep(request: SweepRequest, *, shard: Shard | None = None) -> Prepa
     planned = len(items)
     if request.resume:
         stored = stored_run_ids(results, sweep_id)
-        left = [item for item in items if item.run_id not in stored]
-        # plan_sweep predicted slots for the whole plan; predict again for what is left
-        items = [replace(item, slot=slots[i % len(slots)]) for i, item in enumerate(left)]
+        # each run keeps its planned slot: the arms' rotation over slots stays balanced
+        items = [item for item in items if item.run_id not in stored]
     provenance = collect_host_provenance(root=request.sysfs_root)
     provenance.update(spec_path=str(loaded.path), spec_sha256=loaded.sha256)
     resources = resolve_all(REPO_ROOT, list(loaded.sweep.arms), build=not request.dry_run)
@@ -294,16 +293,19 @@ def describe_plan(
 ) -> list[dict]:
     """The exact command line, placement and environment of every planned run.
 
-    ``wave``: runs of one wave start together, one per slot, if runs took equal time.
+    ``wave``: runs of one wave start together, one per slot, if runs took equal
+    time: the k-th run of a slot (each run has its slot, omni.plan) is in wave k.
     """
     rows = []
-    for position, item in enumerate(items):
+    on_slot: dict[int, int] = {}
+    for item in items:
+        wave = on_slot[item.slot.index] = on_slot.get(item.slot.index, -1) + 1
         res = resources[item.arm.name]
         argv, method = engine_argv(item, run_workdir(results_dir, item), res.python or "<unresolved>", simulate)
         rows.append(
             {
                 "order": item.order_index,
-                "wave": position // len(slots),
+                "wave": wave,
                 "slot": item.slot.index,
                 "pass": item.pass_index,
                 "profiled": item.profiled,
@@ -371,7 +373,7 @@ def run_and_store(context: RunContext, item: PlanItem, extra: dict | None = None
             if taken:
                 status = SKIPPED
                 return item_outcome(item, SKIPPED, f"skipped: {taken}")
-            with hold_cpus(item.slot.cpus):
+            with hold_cpus(item.slot.owned):  # its idle SMT siblings too (Slot.siblings)
                 row = run_arm(context, item)
             row.update(extra or {})
             BOARD.phase(item.run_id, "storing")
@@ -392,11 +394,12 @@ def run_sweep_items(prepared: PreparedSweep) -> list[dict]:
     return run_concurrently(prepared.items, prepared.slots, lambda item: run_and_store(prepared.context, item))
 
 
-def sweep_table(results: str | Path, sweep_id: str) -> ArmTable:
+def sweep_table(results: str | Path, sweep_id: str, primary: tuple[str, ...] = ()) -> ArmTable:
+    """The printed table's cells: the ``primary`` metrics, then TABLE_METRICS' others."""
     # here, not at the top: scipy (via stats) and pandas cost seconds, and the
     # run path (prepare, run, store) needs neither, e.g. in a slow test guest
     from omni.stats import describe_arms
 
     frame = load_runs(results, sweep_id=sweep_id).sort_values("order_index")
     frame = frame[~is_profiled(frame)]  # the timed runs: profiled ones are for omni ops
-    return describe_arms(frame.to_dict("records"), TABLE_METRICS)
+    return describe_arms(frame.to_dict("records"), tuple(dict.fromkeys([*primary, *TABLE_METRICS])))

@@ -132,17 +132,59 @@ def read_topology(root: str | Path = "/") -> Topology:
     return Topology(nodes=nodes, online=tuple(online), siblings=siblings, present=tuple(present))
 
 
+SMT_MODES = ("false", "true", "shared")
+
+
+def smt_mode(smt: bool | str) -> str:
+    """The spec's ``smt`` value as one of :data:`SMT_MODES`."""
+    mode = str(smt).lower()
+    if mode not in SMT_MODES:
+        raise OmniError(f"smt {smt!r}: must be false, true or shared")
+    return mode
+
+
 @dataclass(frozen=True)
 class Slot:
-    """CPUs a run may use and the memory nodes it is bound to."""
+    """CPUs a run may use and the memory nodes it is bound to.
+
+    ``siblings``: SMT siblings of the slot's cores that are not in ``cpus``.
+    The run does not execute there, but a neighbour there shares the core's
+    execution units and caches, so one slow OpenMP thread holds up every
+    barrier: the slot owns them (busy-checked and CPU-locked with it) unless
+    the spec says ``smt: shared``, which leaves them to others (``smt`` records
+    the mode).
+    """
 
     index: int
     node: int
     cpus: tuple[int, ...]
     mems: tuple[int, ...]
+    siblings: tuple[int, ...] = ()
+    smt: str = "false"
+
+    @property
+    def owned(self) -> tuple[int, ...]:
+        """Every CPU the slot holds: its own and its idle siblings."""
+        return tuple(sorted({*self.cpus, *self.siblings}))
 
     def describe(self) -> str:
-        return f"slot {self.index}: node {self.node}, cpus {format_cpulist(self.cpus)}, membind {format_cpulist(self.mems)}"
+        idle = f", owns idle SMT siblings {format_cpulist(self.siblings)}" if self.siblings else ""
+        return (
+            f"slot {self.index}: node {self.node}, cpus {format_cpulist(self.cpus)}, "
+            f"membind {format_cpulist(self.mems)}{idle}"
+        )
+
+
+def sibling_cpus(topo: Topology, cpus: tuple[int, ...] | list[int]) -> tuple[int, ...]:
+    """Online SMT siblings of ``cpus``' cores that are not themselves in ``cpus``."""
+    mine = set(cpus)
+    return tuple(sorted({s for c in cpus for s in topo.siblings.get(c, (c,)) if s in topo.online} - mine))
+
+
+def with_siblings(topo: Topology, slot: Slot, mode: str) -> Slot:
+    """``slot`` owning its idle siblings, unless ``mode`` is ``shared``."""
+    siblings = () if mode == "shared" else sibling_cpus(topo, slot.cpus)
+    return replace(slot, siblings=siblings, smt=mode)
 
 
 def physical_cores(topo: Topology, cpus: tuple[int, ...]) -> list[int]:
@@ -178,11 +220,22 @@ def _explicit_slot(topo: Topology, cpus: list[int], where: str, straddle: bool) 
 def _check_disjoint(slots: list[Slot]) -> None:
     for i, a in enumerate(slots):
         for j in range(i):
-            shared = set(a.cpus) & set(slots[j].cpus)
+            b = slots[j]
+            shared = set(a.cpus) & set(b.cpus)
             if shared:
                 raise OmniError(
                     f"slots.cpus[{j}] and slots.cpus[{i}] share CPU(s) {format_cpulist(shared)}; "
                     "slots run at the same time, so each CPU may belong to one slot only"
+                )
+            # a slot owns its cores' idle siblings: another slot running there
+            # would share those cores while both run
+            crossed = (set(a.siblings) & set(b.cpus)) | (set(b.siblings) & set(a.cpus))
+            if crossed:
+                raise OmniError(
+                    f"slots.cpus[{j}] and slots.cpus[{i}] share physical cores: CPU(s) "
+                    f"{format_cpulist(crossed)} are SMT siblings of the other slot's CPUs, and a slot owns its "
+                    "cores' siblings; give each slot whole cores, or set slots.smt: shared to let slots "
+                    "share cores (their runs then slow each other)"
                 )
 
 
@@ -192,7 +245,7 @@ def allocate_slots(
     cores: int | None = None,
     cpus: list[list[int]] | None = None,
     node: int | None = None,
-    smt: bool = False,
+    smt: bool | str = False,
     straddle: bool = False,
     count: int | None = None,
 ) -> list[Slot]:
@@ -200,13 +253,19 @@ def allocate_slots(
 
     ``cpus`` asks for exactly those CPU lists (one slot each). Otherwise each
     node with CPUs (or only ``node``) gives ``len(cores_of_node) // cores``
-    slots of physical cores (SMT siblings added when ``smt``); ``cores=None``
-    makes a whole node one slot. ``count`` keeps the first ``count`` slots,
-    taken alternately from each node so two slots use two nodes.
+    slots of physical cores (SMT siblings added when ``smt`` is true);
+    ``cores=None`` makes a whole node one slot. ``count`` keeps the first
+    ``count`` slots, taken alternately from each node so two slots use two
+    nodes. Each slot owns the siblings of its cores it does not run on
+    (:attr:`Slot.siblings`) unless ``smt`` is ``"shared"``.
     """
+    mode = smt_mode(smt)
     if cpus:
         where = (lambda i: "slots.cpus") if len(cpus) == 1 else (lambda i: f"slots.cpus[{i}]")
-        slots = [replace(_explicit_slot(topo, group, where(i), straddle), index=i) for i, group in enumerate(cpus)]
+        slots = [
+            with_siblings(topo, replace(_explicit_slot(topo, group, where(i), straddle), index=i), mode)
+            for i, group in enumerate(cpus)
+        ]
         _check_disjoint(slots)
         return _first(slots, count)
     if node is not None and node not in topo.nodes:
@@ -223,9 +282,9 @@ def allocate_slots(
         mine = []
         for start in range(0, len(cores_of_node) - per_slot + 1, per_slot):
             chosen = cores_of_node[start : start + per_slot]
-            if smt:
+            if mode == "true":
                 chosen = sorted({s for c in chosen for s in topo.siblings.get(c, (c,))})
-            mine.append(Slot(0, nd.id, tuple(chosen), (nd.id,)))
+            mine.append(with_siblings(topo, Slot(0, nd.id, tuple(chosen), (nd.id,)), mode))
         per_node.append(mine)
     if not any(per_node):
         biggest = max((len(physical_cores(topo, n.cpus)) for n in candidates), default=0)

@@ -99,14 +99,27 @@ def hog():
     """
     tag = f"hog-{uuid.uuid4().hex[:8]}"
 
-    def start(cpu: int) -> int:
+    def start(cpu: int, duty: float = 1.0) -> int:
+        """``duty``: the share of one CPU it uses, as work of ``duty`` x 100 ms
+        of CPU time each 100 ms (it sleeps the rest), so a neighbour sharing
+        the CPU delays its work rather than shrinking it."""
+        loop = (
+            "while True: pass\n"
+            if duty >= 1
+            else (
+                "import time\n"
+                "while True:\n"
+                "    start, cpu = time.monotonic(), time.thread_time()\n"
+                f"    while time.thread_time() - cpu < {0.1 * duty}: pass\n"
+                "    time.sleep(max(0.0, start + 0.1 - time.monotonic()))\n"
+            )
+        )
         script = (
             "import os\n"
             "if os.fork(): os._exit(0)\n"
             f"os.sched_setaffinity(0, [{cpu}])\n"
             "print(os.getpid(), flush=True)\n"
-            "os.close(1); os.close(2)\n"
-            "while True: pass\n"
+            "os.close(1); os.close(2)\n" + loop
         )
         out = subprocess.run([sys.executable, "-c", script], env=run_env(tag), capture_output=True, check=True)
         return int(out.stdout)

@@ -1,4 +1,4 @@
-"""What every real engine does the same way: prompts, derived rates, the profiler's overhead.
+"""What every real engine does the same way: prompts, token times, the profiler's overhead.
 
 Standard library only (runs inside engine envs).
 """
@@ -9,6 +9,8 @@ import hashlib
 import json
 import random
 import statistics
+import time
+from collections.abc import Iterable
 
 FIRST_WORD_ID = 259  # after <unk> <s> </s> and the 256 byte tokens of omni's models
 
@@ -49,19 +51,29 @@ def prompts_digest(prompts: list[list[int]]) -> str:
     return hashlib.sha256(json.dumps(prompts, separators=(",", ":")).encode()).hexdigest()
 
 
-def rates(batch: int, prompt_len: int, max_tokens: int, ttft_s: float, e2e_s: float) -> dict:
-    """Same definitions for every engine.
+class TokenClock:
+    """One generation's token times as a client sees them, in seconds from its
+    start: per sequence, when each of its tokens arrived (``token_s``), and
+    when each engine step returned, whether it delivered a token or not
+    (``step_end_s``). The raw times :mod:`omni.iterations` derives every
+    per-request figure from, kept the same way by every engine."""
 
-    TTFT is the time to the first generated token of the batch (the prefill);
-    decode covers the remaining ``max_tokens - 1`` steps.
-    """
-    decode_s = e2e_s - ttft_s
-    return {
-        "ttft_ms": ttft_s * 1000,
-        "prefill_tok_s": batch * prompt_len / ttft_s if ttft_s > 0 else None,
-        "decode_tok_s": batch * (max_tokens - 1) / decode_s if max_tokens > 1 and decode_s > 0 else None,
-        "e2e_s": e2e_s,
-    }
+    def __init__(self, batch: int) -> None:
+        self.t0 = time.perf_counter()
+        self.token_s: list[list[float]] = [[] for _ in range(batch)]
+        self.step_end_s: list[float] = []
+
+    def step(self, delivered: Iterable[tuple[int, int]]) -> float:
+        """An engine step has just returned, delivering ``(sequence, tokens)``;
+        returns its time."""
+        now = time.perf_counter() - self.t0
+        self.step_end_s.append(now)
+        for seq, n in delivered:
+            self.token_s[seq].extend([now] * n)  # delivered together: one time
+        return now
+
+    def raw(self) -> dict:
+        return {"token_s": self.token_s, "step_end_s": self.step_end_s}
 
 
 def profile_overhead(untraced: list[dict], traced_step_s: list[float]) -> float | None:

@@ -19,13 +19,21 @@ from __future__ import annotations
 
 import ctypes
 import json
+import struct
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from omni.engines.common import fresh_prompts, profile_overhead, prompts_digest, token_prompts, warmup_prompts
+from omni.engines.common import (
+    TokenClock,
+    fresh_prompts,
+    profile_overhead,
+    prompts_digest,
+    token_prompts,
+    warmup_prompts,
+)
 from omni.engines.protocol import log, mark_phase, serve
 from omni.ops import GGML_EVAL_CALLBACK  # standard library only at import, as the engine env needs
 
@@ -254,15 +262,18 @@ class _NoTracer:
 
 def generate(lm: Loaded, arm: dict, prompts: list[list[int]], tracer=_NoTracer()) -> dict:
     """Prefill all sequences, then decode step by step: the raw times of
-    :mod:`omni.iterations` (first token, end, each decode step's wall time).
-    ``tracer`` is told where each step (one ``llama_decode``) begins and ends."""
+    :mod:`omni.iterations` (each sequence's token times, each step's end, the
+    first token of the batch, the end, each decode step's wall time).
+    ``tracer`` is told where each step (one ``llama_decode``) begins and ends.
+    A token's time is when its step's logits have been sampled for every
+    sequence: one ``llama_decode`` serves the whole batch, in lock step."""
     import llama_cpp
 
     ctx, n_vocab = lm.ctx, lm.n_vocab
     batch_n, prompt_len, max_tokens = len(prompts), arm["prompt_len"], arm["max_tokens"]
     llama_cpp.llama_memory_clear(llama_cpp.llama_get_memory(ctx), True)
     entries = [(tok, pos, s, pos == prompt_len - 1) for s, p in enumerate(prompts) for pos, tok in enumerate(p)]
-    t0 = time.perf_counter()
+    clock = TokenClock(batch_n)
     batch = build_batch(llama_cpp, entries, len(entries), batch_n)
     tracer.begin("prefill")
     rc = llama_cpp.llama_decode(ctx, batch)
@@ -270,8 +281,8 @@ def generate(lm: Loaded, arm: dict, prompts: list[list[int]], tracer=_NoTracer()
     if rc != 0:
         raise RuntimeError(f"llama_decode failed on the prefill (rc {rc}): context of {lm.n_ctx} tokens too small?")
     last = [greedy(llama_cpp, ctx, (s + 1) * prompt_len - 1, n_vocab) for s in range(batch_n)]
-    ttft = time.perf_counter() - t0
-    tokens = [1] * batch_n  # sampled per sequence: the decode loop has no stop, so all or an error
+    # sampled per sequence: the decode loop has no stop, so all or an error
+    ttft = clock.step((s, 1) for s in range(batch_n))
     llama_cpp.llama_batch_free(batch)
     step = llama_cpp.llama_batch_init(batch_n, 0, batch_n)
     steps = []
@@ -287,22 +298,108 @@ def generate(lm: Loaded, arm: dict, prompts: list[list[int]], tracer=_NoTracer()
         if rc != 0:
             raise RuntimeError(f"llama_decode failed at decode step {k} (rc {rc})")
         last = [greedy(llama_cpp, ctx, s, n_vocab) for s in range(batch_n)]
-        tokens = [n + 1 for n in tokens]
+        clock.step((s, 1) for s in range(batch_n))
         steps.append(time.perf_counter() - started)
-    e2e = time.perf_counter() - t0
+    e2e = time.perf_counter() - clock.t0
     llama_cpp.llama_batch_free(step)
-    return {"ttft_s": ttft, "e2e_s": e2e, "step_s": steps, "tokens": tokens}
+    tokens = [len(times) for times in clock.token_s]
+    return {"ttft_s": ttft, "e2e_s": e2e, "step_s": steps, "tokens": tokens, **clock.raw()}
 
 
-def kv_bytes(lm: Loaded) -> int:
-    """f16 K and V for every layer and every context slot."""
+def kv_bytes(lm: Loaded) -> tuple[int, int]:
+    """f16 K and V for every layer: (allocated, needed). Allocated counts the
+    context's cells as llama.cpp made them (``llama_n_ctx``: it pads what was
+    asked); needed counts what was asked, batch x context_len."""
     import llama_cpp
 
     model = lm.model
     heads = llama_cpp.llama_model_n_head(model)
     head_dim = llama_cpp.llama_model_n_embd(model) // heads
     kv_heads = llama_cpp.llama_model_n_head_kv(model)
-    return lm.n_ctx * llama_cpp.llama_model_n_layer(model) * kv_heads * head_dim * 2 * 2
+    per_token = llama_cpp.llama_model_n_layer(model) * kv_heads * head_dim * 2 * 2
+    return llama_cpp.llama_n_ctx(lm.ctx) * per_token, lm.n_ctx * per_token
+
+
+# llama.cpp's dense file types (llama_ftype): no tensor of theirs is quantized
+DENSE_FILE_TYPES = ("ALL_F32", "MOSTLY_F16", "MOSTLY_BF16")
+
+
+def ggml_type_name(name: str) -> str:
+    """gguf-py's enum name (Q6_K, BF16) as ggml spells the type (q6_K, bf16)."""
+    lower = name.lower()
+    return lower[:-2] + "_K" if lower.endswith("_k") else lower
+
+
+# GGUF metadata value types (gguf.GGUFValueType): struct formats of the scalars
+_GGUF_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
+_GGUF_STRING, _GGUF_ARRAY = 8, 9
+
+
+def gguf_header(path: Path) -> tuple[dict, dict[str, int]]:
+    """(scalar metadata, tensor name -> ggml type id) of a GGUF file, read from
+    its header alone: arrays (the token list) are skipped, not built.
+
+    Not ``gguf.GGUFReader``: it builds every array item as an object, which
+    took 2.1-3.1 s on tiny-llama's 32000-token vocabulary (and more memory with
+    a 128k one), in a process whose load and memory omni measures.
+    """
+    with open(path, "rb") as f:
+
+        def unpack(fmt: str):
+            return struct.unpack(fmt, f.read(struct.calcsize(fmt)))
+
+        def skip_string() -> None:
+            f.seek(unpack("<Q")[0], 1)
+
+        def value(kind: int):
+            if kind == _GGUF_STRING:
+                return f.read(unpack("<Q")[0]).decode("utf-8", "replace")
+            if kind == _GGUF_ARRAY:
+                item, count = unpack("<IQ")
+                if item in _GGUF_SCALARS:
+                    f.seek(struct.calcsize(_GGUF_SCALARS[item]) * count, 1)
+                else:
+                    for _ in range(count):
+                        skip_string() if item == _GGUF_STRING else value(item)
+                return None
+            return unpack(_GGUF_SCALARS[kind])[0]
+
+        magic, version = f.read(4), unpack("<I")[0]
+        if magic != b"GGUF" or version < 2:
+            raise ValueError(f"{path}: not a GGUF v2+ file (magic {magic!r}, version {version})")
+        n_tensors, n_kv = unpack("<QQ")
+        meta = {}
+        for _ in range(n_kv):
+            key = f.read(unpack("<Q")[0]).decode()
+            meta[key] = value(unpack("<I")[0])
+        types = {}
+        for _ in range(n_tensors):
+            name = f.read(unpack("<Q")[0]).decode()
+            f.seek(8 * unpack("<I")[0], 1)  # the dimensions
+            types[name] = unpack("<I")[0]
+            f.seek(8, 1)  # the data offset
+    return meta, types
+
+
+def head_report(path: Path) -> dict:
+    """The output head as the file holds it, which is what llama.cpp loads:
+    ``output.weight``'s tensor type, or ``token_embd.weight``'s when the
+    embeddings are tied (no output.weight: llama.cpp multiplies by the
+    embedding), and the file's own claim, ``general.file_type``; the names
+    are gguf's (llama.cpp's own gguf-py)."""
+    import gguf
+
+    meta, types = gguf_header(path)
+    tensor = "output.weight" if "output.weight" in types else "token_embd.weight"
+    file_type = meta.get("general.file_type")
+    file_type = gguf.LlamaFileType(file_type).name if file_type is not None else None
+    weight_type = gguf.GGMLQuantizationType(types[tensor]).name if tensor in types else None
+    return {
+        "tensor": tensor if tensor == "output.weight" else f"{tensor} (tied)",
+        "weight_type": ggml_type_name(weight_type) if weight_type else None,
+        "file_type": file_type,
+        "quantization": file_type if file_type and file_type not in DENSE_FILE_TYPES else None,
+    }
 
 
 def run(arm: dict) -> dict:
@@ -328,7 +425,8 @@ def run(arm: dict) -> dict:
     iterations = [generate(lm, arm, prompts) for _ in range(params["iterations"])]  # KV cleared each time
     perf = llama_cpp.llama_perf_context(lm.ctx)
     fresh = generate(lm, arm, fresh_batch)  # the repeat audit's second first sight, in no metric
-    metrics = {"load_s": load_s, "kv_cache_bytes_effective": kv_bytes(lm)}
+    kv_allocated, kv_needed = kv_bytes(lm)
+    metrics = {"load_s": load_s, "kv_cache_bytes_effective": kv_allocated, "kv_cache_bytes_needed": kv_needed}
     traced = {}
     if arm.get("profiled"):
         mark_phase("profiling")
@@ -340,6 +438,7 @@ def run(arm: dict) -> dict:
         "iterations": iterations,
         "fresh": fresh,
         "profile": traced,
+        "head": head_report(path),  # after the measured phases: a header read, nothing of it in them
         # llama.cpp's own phase totals over the timed iterations (t_load_ms: the
         # whole load); with a batch, every decode is a multi-token one, which it
         # files under prompt eval, so its split is not vLLM's prefill/decode

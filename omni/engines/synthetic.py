@@ -19,7 +19,7 @@ import subprocess
 import sys
 import time
 
-from omni.engines.common import fresh_prompts, prompts_digest, token_prompts
+from omni.engines.common import TokenClock, fresh_prompts, prompts_digest, token_prompts
 from omni.engines.protocol import log, mark_phase, serve
 from omni.topology import parse_cpulist
 
@@ -153,38 +153,59 @@ def escape_binding(how: str, slot_nodes: list[int], mb: float) -> mmap.mmap | No
 
 
 def generate(arm: dict, params: dict, prompts: list[list[int]], seen: set, short: bool = False) -> dict:
-    """Prefill then decode, token by token, timed like a real engine: raw
-    times for :mod:`omni.iterations` (first token, end, each later step) and
-    the tokens each sequence generated.
+    """Prefill then decode, step by step, timed like a real engine: each
+    token's time per sequence, each step's end (:class:`TokenClock`), and the
+    times and counts of :mod:`omni.iterations`.
 
-    A prompt in ``seen`` (prefilled before by this process) costs
-    ``prefix_cache`` less prefill work, as on a cache hit; ``short``: the last
-    sequence stops one token early."""
-    max_tokens = arm["max_tokens"]
-    targets = [max_tokens] * len(prompts)
+    A step costs ``work_per_token`` for every sequence it gives a token and
+    ``prefill_work_per_token`` for every prompt token it prefills. With
+    ``prefill_chunk_tokens`` a step prefills at most that many prompt tokens,
+    less one per sequence it decodes, as vLLM's scheduler fills
+    ``max_num_batched_tokens`` (decodes first, then prefill chunks in order):
+    the batch is then not decoded in lock step. Without it the first step
+    prefills every prompt. A prompt in ``seen`` (prefilled before by this
+    process) costs ``prefix_cache`` less prefill work, as on a cache hit;
+    ``short``: the last sequence stops one token early."""
+    targets = [arm["max_tokens"]] * len(prompts)
     if short:
         targets[-1] -= 1
-    t0 = time.perf_counter()
-    for prompt in prompts:
-        key = tuple(prompt)
-        share = 1 - params["prefix_cache"] if key in seen else 1
-        burn(int(params["prefill_work_per_token"] * len(prompt) * share))
-        seen.add(key)
+    shares = [1 - params["prefix_cache"] if tuple(p) in seen else 1 for p in prompts]
+    seen.update(tuple(p) for p in prompts)
+    left = [len(p) for p in prompts]  # prompt tokens still to prefill
+    produced = [0] * len(prompts)
+    clock = TokenClock(len(prompts))
     first_token_s, steps = None, []
-    for step in range(max(targets)):
+    while any(n < target for n, target in zip(produced, targets)):
         started = time.perf_counter()
-        for target in targets:
-            if target > step:
-                burn(params["work_per_token"])
+        budget = params.get("prefill_chunk_tokens") or sum(left)
+        served = [i for i, n in enumerate(produced) if not left[i] and 0 < n < targets[i]]
+        budget -= len(served)
+        work = 0.0
+        for i in range(len(prompts)):
+            if left[i] and budget > 0:
+                take = min(left[i], budget)
+                left[i], budget = left[i] - take, budget - take
+                work += params["prefill_work_per_token"] * take * shares[i]
+                served += [i] if not left[i] and targets[i] > 0 else []
+        burn(int(work) + params["work_per_token"] * len(served))
         if params.get("step_sleep_ms"):
             time.sleep(params["step_sleep_ms"] / 1000)  # a step that waits, as on memory or a device
-        if step == 0:
-            first_token_s = time.perf_counter() - t0
-        else:
+        now = clock.step((i, 1) for i in served)
+        for i in served:
+            produced[i] += 1
+        if first_token_s is not None:
             steps.append(time.perf_counter() - started)
+        elif all(n or not target for n, target in zip(produced, targets)):
+            first_token_s = now
     if first_token_s is None:  # no sequence got a token: its "first" is the end of the prefill
-        first_token_s = time.perf_counter() - t0
-    return {"ttft_s": first_token_s, "e2e_s": time.perf_counter() - t0, "step_s": steps, "tokens": targets}
+        first_token_s = time.perf_counter() - clock.t0
+    return {
+        "ttft_s": first_token_s,
+        "e2e_s": time.perf_counter() - clock.t0,
+        "step_s": steps,
+        "tokens": targets,
+        **clock.raw(),
+    }
 
 
 def run(arm: dict) -> dict:

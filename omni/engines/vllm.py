@@ -6,8 +6,12 @@ prefill is measured on a cache hit), greedy with ``ignore_eos`` so every
 sequence should generate exactly ``max_tokens``: each iteration reports how
 many each one did (``tokens``), and omni checks it (tokens_mismatch). After
 ``warmup`` untimed generations, ``iterations`` timed ones, each stepped by
-omni (:func:`timed_generate`): TTFT when every sequence has its first token,
-end to end when all are done, and every decode step's wall time.
+omni (:func:`timed_generate`): every token's time per sequence and every
+step's end, TTFT when every sequence has its first token, end to end when all
+are done, and every decode step's wall time. The step budget
+(``max_num_batched_tokens``) holds the whole batch's prefill unless the arm
+sets it lower (:func:`batched_tokens`), so a prefill is chunked over steps,
+and the batch decoded out of lock step, only when the arm asks for it.
 
 vLLM binds its OpenMP threads itself; the slot's CPUs are handed to it in
 ``VLLM_CPU_OMP_THREADS_BIND`` so it binds inside the numactl mask, and the
@@ -21,9 +25,16 @@ import os
 import time
 from pathlib import Path
 
-from omni.engines.common import fresh_prompts, profile_overhead, prompts_digest, token_prompts, warmup_prompts
+from omni.engines.common import (
+    TokenClock,
+    fresh_prompts,
+    profile_overhead,
+    prompts_digest,
+    token_prompts,
+    warmup_prompts,
+)
 from omni.engines.protocol import log, mark_phase, serve
-from omni.vllm_plugin.names import QUANT_VAR, REPORT_VAR, SELECT_VAR
+from omni.vllm_plugin.names import HEAD_VAR, QUANT_VAR, QUANTIZATIONS, REPORT_VAR, SELECT_VAR
 
 # What vLLM 0.32 logs (vllm/compilation/decorators.py) when a compiled start
 # gets its graph: from a warm AOT artifact, by compiling (and saving) it, or by
@@ -73,6 +84,24 @@ def read_patch_report(path: Path) -> list[dict]:
         return []
 
 
+# vLLM 0.32's step budget for the offline LLM class on CPU (vllm/engine/arg_utils.py
+# get_batch_defaults: 4096 x world size, then at most max_num_seqs x max_model_len)
+VLLM_CPU_BATCHED_TOKENS = 4096
+
+
+def batched_tokens(arm: dict, max_model_len: int) -> int | None:
+    """The arm's ``max_num_batched_tokens``, else enough for the whole batch's
+    prefill in one step, so that a run chunks its prefill only when its arm
+    says so: batch x prompt_len, and at least max_model_len (what vLLM needs
+    where it cannot chunk). None where vLLM's own budget holds the batch
+    already, as it did for every run before omni set it."""
+    asked = arm["params"].get("max_num_batched_tokens")
+    if asked is not None:
+        return asked
+    prefill = arm["batch_size"] * arm["prompt_len"]
+    return max(prefill, max_model_len) if prefill > VLLM_CPU_BATCHED_TOKENS else None
+
+
 def engine_kwargs(arm: dict) -> dict:
     params = arm["params"]
     kwargs = {
@@ -99,11 +128,25 @@ def engine_kwargs(arm: dict) -> dict:
         }
     if arm.get("kv_cache_bytes"):
         kwargs["kv_cache_memory_bytes"] = arm["kv_cache_bytes"]
+    budget = batched_tokens(arm, kwargs["max_model_len"])
+    if budget is not None:
+        kwargs["max_num_batched_tokens"] = budget
     return kwargs
 
 
+def scheduler_config(llm) -> dict:
+    """The step budget vLLM runs with, whoever set it, and whether it may chunk a prefill."""
+    scheduler = llm.llm_engine.vllm_config.scheduler_config
+    return {
+        "max_num_batched_tokens": scheduler.max_num_batched_tokens,
+        "chunked_prefill": scheduler.enable_chunked_prefill,
+    }
+
+
 def kv_cache_bytes(llm) -> tuple[int | None, dict]:
-    """KV bytes vLLM actually allocated: blocks x block size x per-token bytes."""
+    """KV bytes vLLM actually allocated (blocks x block size x per-token bytes),
+    and in the config what the workload needs: max_num_seqs (the batch) x
+    max_model_len (context_len) x the same per-token bytes."""
     config = llm.llm_engine.vllm_config
     cache, model = config.cache_config, config.model_config
     blocks = cache.num_gpu_blocks
@@ -116,6 +159,8 @@ def kv_cache_bytes(llm) -> tuple[int | None, dict]:
         "block_size": cache.block_size,
         "dtype": str(model.dtype),
         "kv_cache_memory_bytes": getattr(cache, "kv_cache_memory_bytes", None),
+        "kv_bytes_per_token": per_token,
+        "kv_cache_bytes_needed": config.scheduler_config.max_num_seqs * model.max_model_len * per_token,
     }
 
 
@@ -125,9 +170,10 @@ def timed_generate(llm, prompts, max_tokens: int) -> dict:
 
     The loop is ``LLM._run_engine``'s own (``llm_engine.step()`` until no
     request is unfinished), with DELTA outputs so each step says which
-    sequences received a token: TTFT is when every sequence has its first,
-    each later step's wall time is an inter-token latency. Requests are
-    rendered and added as ``LLM`` adds them (``_preprocess_cmpl_one``, then
+    sequences received how many tokens: every token's time per sequence and
+    every step's end (:class:`TokenClock`), TTFT when every sequence has its
+    first, and each later step's wall time. Requests are rendered and added
+    as ``LLM`` adds them (``_preprocess_cmpl_one``, then
     ``llm_engine.add_request``), but not through ``LLM.enqueue``/``generate``:
     those force ``FINAL_ONLY`` outputs, which arrive all at once at the end
     and would make TTFT equal to e2e.
@@ -140,40 +186,39 @@ def timed_generate(llm, prompts, max_tokens: int) -> dict:
     sampling = SamplingParams(
         temperature=0.0, max_tokens=max_tokens, ignore_eos=True, detokenize=False, output_kind=RequestOutputKind.DELTA
     )
-    t0 = time.perf_counter()
-    ids = []
+    # The engine core (its own process) steps as soon as a first request reaches
+    # it: on 2 busy cores its first step held 3 of 8 prompts of 2048 tokens, the
+    # rest a step later, out of lock step whatever the step budget. Paused, it
+    # queues the adds; the resume travels behind them, so the first step sees
+    # the whole batch (vLLM's advice in LLM.enqueue_chat's docstring).
+    llm.sleep(level=0, mode="keep")
+    clock = TokenClock(len(prompts))
+    ids: dict[str, int] = {}  # request id -> sequence
     for p in prompts:
         rendered = llm._preprocess_cmpl_one(TokensPrompt(prompt_token_ids=p))
-        ids.append(str(next(llm.request_counter)))
-        engine.add_request(ids[-1], rendered, sampling)
-    produced: dict[str, int] = {}
+        request_id = str(next(llm.request_counter))
+        ids[request_id] = len(ids)
+        engine.add_request(request_id, rendered, sampling)
+    llm.wake_up(tags=["scheduling"])
     ttft, last, steps = None, None, []
     while engine.has_unfinished_requests():
-        outputs = engine.step()
-        now = time.perf_counter()
-        got = 0
-        for out in outputs:
-            n = len(out.outputs[0].token_ids)
-            produced[out.request_id] = produced.get(out.request_id, 0) + n
-            got += n
-        if not got:
-            continue
+        delivered = [(ids[out.request_id], len(out.outputs[0].token_ids)) for out in engine.step()]
+        now = clock.step(delivered)
         if ttft is None:
-            if len(produced) == len(prompts) and min(produced.values()) > 0:
-                ttft = now - t0
-                last = now
-        else:
+            if all(clock.token_s):
+                ttft = last = now
+        elif any(n for _, n in delivered):
             steps.append(now - last)
             last = now
-    e2e = time.perf_counter() - t0
-    tokens = [produced.get(i, 0) for i in ids]  # per sequence, as generated: omni checks them (tokens_mismatch)
+    e2e = time.perf_counter() - clock.t0
+    tokens = [len(times) for times in clock.token_s]  # per sequence, as generated: omni checks them
     if ttft is None:
         raise RuntimeError(f"asked for {max_tokens} tokens per sequence, got {tokens}: some got none, no TTFT")
     if max_tokens > 1 and not steps:
         # every token arrived in one step: the outputs were not streamed, and a
         # "TTFT" taken here would be the end-to-end time
         raise RuntimeError("vLLM delivered every token at once (FINAL_ONLY outputs?): no TTFT or ITL to measure")
-    return {"ttft_s": ttft, "e2e_s": e2e, "step_s": steps, "tokens": tokens}
+    return {"ttft_s": ttft, "e2e_s": e2e, "step_s": steps, "tokens": tokens, **clock.raw()}
 
 
 def profiler_config(trace_dir: Path, steps: int):
@@ -248,9 +293,42 @@ def wheel_identity(module: str) -> dict:
     }
 
 
+def model_quantization(model_path: str) -> dict | None:
+    """The checkpoint's own ``quantization_config`` (config.json), what the
+    model claims whatever the arm says; a method of omni's plugin is
+    registered for it, so a checkpoint that names one loads by path alone."""
+    try:
+        config = json.loads((Path(model_path) / "config.json").read_text()).get("quantization_config")
+    except (OSError, ValueError):
+        return None
+    if isinstance(config, dict) and config.get("quant_method") in QUANTIZATIONS:
+        os.environ[QUANT_VAR] = config["quant_method"]
+    return config if isinstance(config, dict) else None
+
+
+def ask_head_report(arm: dict) -> Path:
+    """Ask omni's plugin, in the process that loads the model, to write down
+    the output head as loaded (omni.vllm_plugin.head)."""
+    path = Path(arm["workdir"]) / "head.json"
+    os.environ[HEAD_VAR] = str(path)
+    return path
+
+
+def read_head_report(path: Path, quantization_config: dict | None) -> dict:
+    """The head as loaded, and the checkpoint's own claim beside it; an
+    absent report leaves the type unknown (no rule fires on it)."""
+    try:
+        head = json.loads(path.read_text())
+    except (OSError, ValueError):
+        head = {"weight_type": None, "error": f"no head report at {path}"}
+    return {**head, "quantization_config": quantization_config}
+
+
 def run(arm: dict) -> dict:
     bind_threads(arm)
     report_path = select_patches(arm)
+    head_path = ask_head_report(arm)
+    quantization_config = model_quantization(arm["model_path"])
     mark_phase("load")
     t0 = time.perf_counter()
     import torch
@@ -274,7 +352,11 @@ def run(arm: dict) -> dict:
         timed_generate(llm, warmup_prompts(batch, prompt_len, vocab, seed, i), max_tokens)
     iterations = [timed_generate(llm, prompts, max_tokens) for _ in range(arm["params"]["iterations"])]
     fresh = timed_generate(llm, fresh_batch, max_tokens)  # the repeat audit's second first sight
-    metrics = {"load_s": load_s, "kv_cache_bytes_effective": kv_effective}
+    metrics = {
+        "load_s": load_s,
+        "kv_cache_bytes_effective": kv_effective,
+        "kv_cache_bytes_needed": kv_config["kv_cache_bytes_needed"],
+    }
     traced = {}
     if profile:
         mark_phase("profiling")
@@ -291,12 +373,14 @@ def run(arm: dict) -> dict:
         "iterations": iterations,
         "fresh": fresh,
         "profile": traced,
+        "head": read_head_report(head_path, quantization_config),
         "patch_report": read_patch_report(report_path),
         "config": {
             **kv_config,
             "omp_threads_bind": os.environ.get("VLLM_CPU_OMP_THREADS_BIND"),
             "enforce_eager": kwargs["enforce_eager"],
             "max_model_len": kwargs["max_model_len"],
+            **scheduler_config(llm),
             "prompt_seed": seed,
             "prompts_sha256": prompts_digest(prompts),
         },

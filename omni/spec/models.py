@@ -124,6 +124,11 @@ class SyntheticParams(SpecModel):
     # the timed iteration (from 0) in which the batch's last sequence stops one
     # token short, as an engine stopping early would; None: none does (tokens_mismatch)
     short_iteration: int | None = Field(None, ge=0)
+    # prompt tokens prefilled per step, less one per sequence decoding in it, as
+    # vLLM chunks a prefill at max_num_batched_tokens: sequences decode while
+    # later ones wait for their first token (not_lock_step); None: one step
+    # prefills every prompt
+    prefill_chunk_tokens: int | None = Field(None, ge=1)
 
 
 class VllmParams(SpecModel):
@@ -139,6 +144,11 @@ class VllmParams(SpecModel):
     int4_group_size: Literal[32, 64, 128] = 128  # quantization: cpu_int4 only
     # False keeps the output head (lm_head) in bf16: the W4 setup once retracted for it
     int4_lm_head: bool = True
+    # prompt tokens (plus one per decoding sequence) vLLM's scheduler puts in
+    # one step; a prefill past it is chunked over several steps, and the batch
+    # is not decoded in lock step (the not_lock_step warning). None: enough for
+    # the whole batch's prefill in one step (omni.engines.vllm.batched_tokens)
+    max_num_batched_tokens: int | None = Field(None, ge=1)
 
 
 class LlamacppParams(SpecModel):
@@ -263,6 +273,18 @@ class Arm(SpecModel):
             return value
         return ENGINE_PARAMS[engine].model_validate(value).model_dump()
 
+    @field_validator("params")
+    @classmethod
+    def _step_budget(cls, value: Any, info: ValidationInfo) -> Any:
+        # vLLM refuses a step budget below one token per sequence (SchedulerConfig.verify_max_model_len)
+        budget, batch = (value or {}).get("max_num_batched_tokens"), info.data.get("batch_size")
+        if info.data.get("engine") == "vllm" and budget is not None and batch is not None and budget < batch:
+            raise problem(
+                f"max_num_batched_tokens {budget} is below batch_size {batch}: vLLM needs a token per "
+                "sequence in a step; unset, omni fits the whole batch's prefill in one step"
+            )
+        return value
+
     def engine_params(self) -> BaseModel:
         """The validated params model of this arm's engine."""
         return ENGINE_PARAMS[self.engine].model_validate(self.params)
@@ -285,9 +307,22 @@ class SlotRequest(SpecModel):
     cores: int | None = Field(None, ge=1)  # None: all cores of the node
     cpus: str | list[str] | None = None  # kernel cpulist(s), e.g. "0-3,8"
     node: int | None = Field(None, ge=0)
-    smt: bool = False  # add each core's SMT siblings
+    # false: one CPU per core, the cores' SMT siblings left idle and owned by the
+    # slot (busy-checked, locked); true: the siblings run the engine too;
+    # shared: one CPU per core, the siblings left to others
+    smt: bool | Literal["shared"] = False
     straddle: bool = False  # allow a cpulist across nodes (memory bound to all of them)
     count: int | None = Field(None, ge=1)  # at most this many slots
+
+    @field_validator("smt", mode="before")
+    @classmethod
+    def _smt(cls, value: Any) -> bool | str:
+        if isinstance(value, bool) or value == "shared":
+            return value
+        raise problem(
+            f"{show(value)} is not false, true or shared (false: one CPU per core, the siblings idle and "
+            "owned by the slot; true: the engine runs on the siblings too; shared: the siblings left to others)"
+        )
 
     @field_validator("cpus")
     @classmethod
@@ -329,9 +364,14 @@ class SlotRequest(SpecModel):
 # identity while at their default, so those arms (and their stored runs) keep
 # their hashes. ``profile`` adds runs, it changes none; ``prompt_seed`` 0 is
 # the prompts every run timed before it existed; the synthetic engine's
-# fault knobs change nothing while off.
+# fault knobs change nothing while off; vLLM's max_num_batched_tokens unset
+# leaves vLLM's own budget wherever the batch's prefill fitted in it, as every
+# stored run had (omni.engines.vllm.batched_tokens).
 LATE_ARM_FIELDS = ("profile", "prompt_seed")
-LATE_PARAMS = {"synthetic": ("prefix_cache", "short_iteration")}
+LATE_PARAMS = {
+    "synthetic": ("prefix_cache", "short_iteration", "prefill_chunk_tokens"),
+    "vllm": ("max_num_batched_tokens",),
+}
 
 
 def canonical_arm_json(arm: Arm) -> str:

@@ -23,6 +23,7 @@ from omni.spec.models import Arm, Hosts, Name, SlotRequest, SpecModel
 from omni.spec.problems import Problem, plain_text, problem, validation_error
 
 CONTROL_SUFFIX = ".control"
+DEFAULT_PRIMARY_METRICS = ("decode_tok_s", "ttft_ms", "rss_anon_steady_mb")
 
 
 class Sweep(SpecModel):
@@ -33,7 +34,9 @@ class Sweep(SpecModel):
     passes: int = Field(3, ge=1, le=1000)
     seed: int = 0
     timeout_s: float = Field(600.0, gt=0)
-    busy_threshold_pct: float = Field(50.0, gt=0, le=100)  # a busier slot CPU refuses the run
+    # a slot CPU (or idle SMT sibling) busier than this with others' work refuses
+    # the run: one slowed thread stalls every OpenMP barrier (docs/placement.md)
+    busy_threshold_pct: float = Field(10.0, gt=0, le=100)
     # seconds a run waits for its slot's CPUs to fall below the threshold,
     # re-checking, before it is refused; 0 refuses at once
     busy_wait_s: float = Field(0.0, ge=0, le=86400)
@@ -41,6 +44,10 @@ class Sweep(SpecModel):
     # the smallest relative effect that matters: one number for every metric,
     # or {default: 0.05, decode_tok_s: 0.02, ...}; unset: 5 % times, 1 % memory
     min_effect: float | dict[str, float] | None = None
+    # the metrics the sweep is for: shown first in every view, and their
+    # verdicts take most of the sweep's 5 % chance of a false call; the other
+    # judged metrics share the rest (omni.stats.adjust_for_multiplicity)
+    primary_metrics: list[str] = Field(default_factory=lambda: list(DEFAULT_PRIMARY_METRICS), min_length=1)
     slots: SlotRequest = SlotRequest()
     # a fleet sweep: the plan runs on these omni worker hosts (omni.fleet); unset: on this host
     hosts: Hosts | None = None
@@ -63,6 +70,18 @@ class Sweep(SpecModel):
                 raise problem(
                     f"{key!r} is no judged metric; use default or one of {', '.join(sorted(metric_columns()))}"
                 )
+        return value
+
+    @field_validator("primary_metrics")
+    @classmethod
+    def _primary_metrics(cls, value: list[str]) -> list[str]:
+        from omni.columns import metric_columns
+
+        for name in value:
+            if name not in metric_columns():
+                raise problem(f"{name!r} is no judged metric; use one of {', '.join(sorted(metric_columns()))}")
+        if len(set(value)) < len(value):
+            raise problem("a metric is named twice")
         return value
 
     @property

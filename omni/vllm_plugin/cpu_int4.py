@@ -5,8 +5,10 @@ Weights load as bf16 from an ordinary checkpoint and are quantized in
 ``process_weights_after_loading`` (asymmetric, groups of 32/64/128 along the
 input dimension, the gpt-fast/torchao layout: q in 0..15,
 w = (q - 8) * scale + zero). The output head stays bf16 unless
-``lm_head_bf16`` is false. That switch is recorded in the row, because a
-W4 run whose head was quietly left in bf16 once had to be retracted.
+``lm_head_bf16`` is false, and any module named in ``modules_to_not_convert``
+stays bf16 whatever else the config says. The head as loaded is reported
+(omni.vllm_plugin.head) and checked against every claim, because a W4 run
+whose head was quietly left in bf16 once had to be retracted.
 ``OMNI_FAULT_INT4_HEAD=bf16`` (a test-only fault, set in an arm's ``env:``)
 does exactly that behind the arm's back, for omni's bf16-head rule to catch.
 
@@ -77,11 +79,14 @@ class CpuInt4LinearMethod(UnquantizedLinearMethod):
 
 @register_quantization_config("cpu_int4")
 class CpuInt4Config(QuantizationConfig):
-    def __init__(self, group_size: int = 128, lm_head_bf16: bool = True) -> None:
+    def __init__(
+        self, group_size: int = 128, lm_head_bf16: bool = True, modules_to_not_convert: list[str] | None = None
+    ) -> None:
         super().__init__()
         if group_size not in GROUP_SIZES:
             raise ValueError(f"cpu_int4 group_size must be one of {GROUP_SIZES}, got {group_size}")
         self.group_size, self.lm_head_bf16 = group_size, lm_head_bf16
+        self.modules_to_not_convert = list(modules_to_not_convert or [])
 
     def get_name(self) -> str:
         return "cpu_int4"
@@ -100,12 +105,22 @@ class CpuInt4Config(QuantizationConfig):
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> CpuInt4Config:
-        return cls(int(config.get("group_size", 128)), bool(config.get("lm_head_bf16", True)))
+        return cls(
+            int(config.get("group_size", 128)),
+            bool(config.get("lm_head_bf16", True)),
+            config.get("modules_to_not_convert"),
+        )
+
+    def skipped(self, prefix: str) -> bool:
+        """A module the checkpoint keeps unquantized (HF's ``modules_to_not_convert``,
+        by name or dotted prefix), whatever else its config says: loaders honour
+        the skip list, which is how a head claimed quantized can load dense."""
+        return any(prefix == m or prefix.startswith(m + ".") for m in self.modules_to_not_convert)
 
     def get_quant_method(self, layer: torch.nn.Module, prefix: str):
         if isinstance(layer, ParallelLMHead):
             bf16_head = self.lm_head_bf16 or os.environ.get(FAULT_HEAD_VAR) == "bf16"  # the fault: a lie
-            return None if bf16_head else CpuInt4LinearMethod(self)
+            return None if bf16_head or self.skipped(prefix) else CpuInt4LinearMethod(self)
         if isinstance(layer, LinearBase):
-            return CpuInt4LinearMethod(self)
+            return UnquantizedLinearMethod() if self.skipped(prefix) else CpuInt4LinearMethod(self)
         return None

@@ -11,3 +11,5 @@ QUANT_VAR = "OMNI_VLLM_QUANTIZATION"  # set when an arm asks for one of QUANTIZA
 # arm's int4_lm_head says, as the checkpoint once retracted for it did; set it
 # in an arm's env: to check that omni's bf16-head rule catches the lie
 FAULT_HEAD_VAR = "OMNI_FAULT_INT4_HEAD"
+# file the process that loads the model writes the output head, as loaded, to (JSON)
+HEAD_VAR = "OMNI_HEAD_REPORT"

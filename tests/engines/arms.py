@@ -4,6 +4,7 @@ arms of the shared eager vLLM sweep (tests/engines/conftest.py) that several tes
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import yaml
@@ -91,9 +92,59 @@ LLAMA_PROFILED = {
     "profile": {"steps": 5, "passes": 1},
 }
 
+# Models that claim a quantized head, run by path with no quantization in the
+# arm and no profile (omni.models.make_head_cases, made before the sweep): a
+# cpu_int4 checkpoint whose head loads dense, an honest one, and a q4_0 GGUF
+# whose output.weight stayed f16. Their own files are the claim.
+HEAD_CASES = REPO_ROOT / "models" / "tiny-llama-head-cases"
+PLAIN = ("profile", "quantization", "params")
+CLAIMED_INT4 = {k: v for k, v in VLLM_INT4.items() if k not in PLAIN} | {"kv_cache_bytes": 64 << 20, "patches": "none"}
+HEAD_ARMS = [
+    {**CLAIMED_INT4, "name": "ckpt-dense-head", "model": str(HEAD_CASES / "int4-dense-head")},
+    {**CLAIMED_INT4, "name": "ckpt-int4-head", "model": str(HEAD_CASES / "int4-honest-head")},
+    {k: v for k, v in LLAMA_PROFILED.items() if k not in PLAIN}
+    | {"name": "gguf-f16-head", "model": str(HEAD_CASES / "tiny-llama-q4_0-f16-output.gguf")},
+]
+
+
+def make_head_cases() -> None:
+    """HEAD_CASES from the tiny model, in the llamacpp env (the GGUF needs llama.cpp's quantizer)."""
+    script = (
+        "from pathlib import Path\nfrom omni.models import make_head_cases\n"
+        f"make_head_cases(Path({str(TINY)!r}), Path({str(HEAD_CASES)!r}))\n"
+    )
+    subprocess.run([str(LLAMA_PY), "-c", script], check=True, capture_output=True, text=True)
+
+
+# vLLM's CPU-suite prompts, 2048 in at batch 8 (test_lock_step): omni's default
+# step budget holds the batch's whole prefill, so it decodes in lock step; at
+# 2048 tokens a step the prefill is chunked over the first 9 steps. 16 out, not
+# the suite's 128, and one timed iteration: on 2 shared cores a 2048 x 8 prefill
+# took 40-60 s and a decode step 0.3 s (measured 2026-12-02; the 128-token
+# figures are benchmarks/vllm_vs_bench_latency.py's, docs/measurements.md).
+# KV: 8 x 2064 tokens x 2 KiB (tiny-llama's K and V per token) = 32 MiB needed.
+LONG_ARM = {
+    "engine": "vllm",
+    "model": "tiny-llama",
+    "compile_mode": "eager",
+    "context_len": 2064,
+    "prompt_len": 2048,
+    "max_tokens": 16,
+    "batch_size": 8,
+    "kv_cache_bytes": 48 * MiB,
+    "patches": "none",
+    "params": {"iterations": 1, "warmup": 0},
+}
+LONG_ARMS = [
+    {**LONG_ARM, "name": "long"},
+    {**LONG_ARM, "name": "long-chunked", "params": {**LONG_ARM["params"], "max_num_batched_tokens": 2048}},
+]
+
+
 # The shared sweep's arms, and whose rows each is: test_vllm_plugin's KV and
 # memory tests (stock, kv, kv-release, tiny-kv), test_ops's profiled runs
-# (int4 and int4-mislabeled, their profiled pass only; llama, timed and profiled).
+# (int4 and int4-mislabeled, their profiled pass only; llama, timed and profiled),
+# test_ops's head cases (HEAD_ARMS, timed only), test_lock_step's long prompts (LONG_ARMS).
 SHARED_ARMS = [
     {**INT4_ARM, "name": "stock"},
     {**INT4_ARM, "name": "kv", "patches": ["explicit_kv_cache_memory"]},
@@ -102,5 +153,7 @@ SHARED_ARMS = [
     {**VLLM_INT4, "name": "int4"},
     {**VLLM_INT4, "name": "int4-mislabeled", "env": {"OMNI_FAULT_INT4_HEAD": "bf16"}},
     {**LLAMA_PROFILED, "name": "llama"},
+    *HEAD_ARMS,
+    *LONG_ARMS,
 ]
 PROFILED_ONLY = {"int4", "int4-mislabeled"}  # their timed pass is no test's

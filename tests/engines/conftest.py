@@ -10,7 +10,7 @@ from omni.request import SweepRequest
 from omni.schedule import run_concurrently
 from omni.sweep import prepare_sweep, run_and_store
 from tests.conftest import mark_layer
-from tests.engines.arms import PROFILED_ONLY, SHARED_ARMS, SIDE_BY_SIDE, write_spec
+from tests.engines.arms import PROFILED_ONLY, SHARED_ARMS, SIDE_BY_SIDE, make_head_cases, write_spec
 
 
 def pytest_collection_modifyitems(items):
@@ -34,6 +34,7 @@ def eager_vllm(tmp_path_factory) -> SharedSweep:
     two at a time on one-core slots, rather than a sweep per test: a vLLM start is 40-100 s of two
     cores, and a slot one test's sweep leaves idle (a KV budget that fails at once) runs another's."""
     base = tmp_path_factory.mktemp("eager-vllm")
+    make_head_cases()  # the head arms' models, given by path
     prepared = prepare_sweep(SweepRequest(spec=write_spec(base, SHARED_ARMS, **SIDE_BY_SIDE), results=base / "results"))
     items = [item for item in prepared.items if item.profiled or item.arm.name not in PROFILED_ONLY]
     rows = run_concurrently(items, prepared.slots, lambda item: run_and_store(prepared.context, item))

@@ -58,10 +58,21 @@ def test_smoke_sweep_runs_both_engines_pinned_and_measured(tmp_path):
         assert (rows["rss_anon_steady_mb"] > 0).all() and rows["engine_version"].notna().all()
         assert rows["engine_env_freeze_sha256"].str.len().eq(64).all()
         assert rows["binding_ok"].all() and (rows["threads_checked"] > 0).all()
+        # the smoke sweep's steady window holds a numa_maps read of every process, and
+        # interference is sampled from the loaded to the steady mark on the real trees
+        assert rows["memory_binding_verified"].all() and (rows["numa_steady_missing"] == 0).all()
+        assert (rows["interference_samples"] >= 2).all() and rows["run_delay_ms"].notna().all()
     vllm = frame[frame["engine"] == "vllm"]
     llama = frame[frame["engine"] == "llamacpp"]
     assert (vllm["n_procs"] >= 3).all(), "main, EngineCore and Worker all sampled"
-    assert (vllm["kv_cache_bytes_effective"] == 268435456).all()
+    # every pool is the workload's need (4 x 256 tokens x 2 KiB; vLLM: and its null
+    # block of 128 tokens): memory compared like for like, no row over-provisioned
+    assert (frame["kv_cache_bytes_needed"] == 4 * 256 * 2048).all()
+    assert (vllm["kv_cache_bytes_effective"] == (4 * 256 + 128) * 2048).all()
+    assert (llama["kv_cache_bytes_effective"] == llama["kv_cache_bytes_needed"]).all()
+    assert not any("kv_overprovisioned" in rules for rules in frame["warning_rules"])
+    assert (frame["mmap"] == False).all()  # noqa: E712  vLLM's weights are anonymous memory too
+    assert (frame["load_s"] > 0).all() and (frame["load_s"] < frame["wall_s"]).all()
     assert (vllm["model_digest"] == manifest["hf_sha256"]).all()
     assert (llama["model_digest"] == manifest["gguf"]["bf16"]["sha256"]).all()
     assert llama["engine_commit"].notna().all() and (llama["mmap"] == False).all()  # noqa: E712
@@ -85,6 +96,21 @@ def test_model_factory_is_deterministic(tmp_path):
     assert set(manifests[0]["gguf"]) == {"bf16", "q8_0", "q4_0"}
     done = omni("models", "make", "tiny-llama")
     assert done.returncode == 0 and manifests[0]["hf_sha256"] in done.stdout.replace("\n", "")
+
+
+def test_a_streamed_gguf_is_the_factorys_file(tmp_path):
+    """The realistic shapes' GGUFs are written a tensor at a time: the same
+    bytes as the whole-model writer's, here on tiny-llama's bf16 GGUF."""
+    code = (
+        "import sys; from pathlib import Path; from omni.models import PRESETS, iter_hf_tensors, write_gguf_streamed; "
+        "shape = PRESETS['tiny-llama']; "
+        "write_gguf_streamed(Path(sys.argv[1]), 'tiny-llama', shape, iter_hf_tensors(shape))"
+    )
+    subprocess.run([str(LLAMA_PY), "-c", code, str(tmp_path / "s.gguf")], check=True, capture_output=True)
+    from omni.models import file_sha256
+
+    manifest = json.loads((TINY / "manifest.json").read_text())
+    assert file_sha256(tmp_path / "s.gguf") == manifest["gguf"]["bf16"]["sha256"]
 
 
 def test_gguf_holds_the_same_model_as_the_hf_checkpoint(tmp_path):

@@ -9,12 +9,16 @@ from pathlib import Path
 import pytest
 
 from omni import ops, store
+from omni.summary import summarize_sweep
 
 VOCAB, HIDDEN = 32000, 256  # tiny-llama
+# the first test to ask for the shared eager sweep pays for all of it (a dozen runs, most of
+# them vLLM starts, two at a time): 15 min and more on a 2-core host other work shares
+SHARED_SWEEP_TIMEOUT_S = 1800
 
 
 @pytest.mark.engines
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(SHARED_SWEEP_TIMEOUT_S)
 def test_profiled_vllm_runs_store_ops_and_a_mislabeled_int4_head_is_invalid(eager_vllm):
     """Two profiled runs in the real vLLM env: an honest int4 head passes the
     bf16-head rule, the same arm with its head left in bf16 behind its back
@@ -39,7 +43,7 @@ def test_profiled_vllm_runs_store_ops_and_a_mislabeled_int4_head_is_invalid(eage
 
 
 @pytest.mark.engines
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(SHARED_SWEEP_TIMEOUT_S)
 def test_a_profiled_llamacpp_run_times_every_node_and_labels_it_distorting(eager_vllm):
     """llama.cpp's timed and profiled pass, from the shared eager sweep (the ops of its vLLM
     runs are theirs: this test reads the llama arm's)."""
@@ -58,3 +62,35 @@ def test_a_profiled_llamacpp_run_times_every_node_and_labels_it_distorting(eager
     head = frame[(frame["op"] == "MUL_MAT") & frame["shapes"].str.contains("32000")]
     assert set(head["step"]) == set(range(5)) and set(head["dtypes"]).pop().startswith("bf16")  # the head, every step
     assert ops.head_rule({"quantization": None, "engine_params": {}}, frame.to_dict("records"), VOCAB, HIDDEN) is None
+
+
+@pytest.mark.engines
+@pytest.mark.timeout(SHARED_SWEEP_TIMEOUT_S)
+def test_every_run_is_held_to_its_heads_claims_without_a_profile(eager_vllm):
+    """Models given by path that claim a quantized head, none profiled (omni.models.make_head_cases):
+    a cpu_int4 checkpoint whose head loads bf16 is invalid, an honest one ok, a q4_0 GGUF whose
+    output.weight stayed f16 invalid; the arm's own claims are checked the same way."""
+    dense, honest, gguf = (eager_vllm.row(arm) for arm in ("ckpt-dense-head", "ckpt-int4-head", "gguf-f16-head"))
+    claim = "model: config.json quantization_config cpu_int4 with lm_head_bf16: false"
+    assert not dense["profiled"] and dense["quantization"] is None  # the checkpoint claims, not the arm
+    assert dense["status"] == "invalid" and dense["error"].startswith(
+        f"dense head: the output head is claimed quantized ({claim}) but loaded as bfloat16 (lm_head"
+    ), dense["error"]
+    assert "dense_head" in list(dense["warning_rules"]) and dense["quantization_seen"] == "cpu_int4"
+    assert (dense["head_claim"], dense["head_weight_type"]) == (claim, "bfloat16")
+    assert honest["status"] == "ok", honest.get("error")
+    assert (honest["head_claim"], honest["head_weight_type"], honest["quantization_seen"]) == (
+        claim,
+        "cpu_int4",
+        "cpu_int4",
+    )
+    assert gguf["status"] == "invalid" and "general.file_type MOSTLY_Q4_0" in gguf["error"], gguf.get("error")
+    assert "loaded as f16 (output.weight)" in gguf["error"] and gguf["quantization_seen"] == "MOSTLY_Q4_0"
+    # the arms' own claims: an honest int4 head, a bf16 GGUF, and the head left bf16 behind the arm's back
+    stock, llama, lying = eager_vllm.row("stock"), eager_vllm.row("llama"), eager_vllm.row("int4-mislabeled", True)
+    assert stock["status"] == "ok" and stock["head_claim"] == "arm: cpu_int4 with int4_lm_head: true"
+    assert stock["head_weight_type"] == "cpu_int4"
+    assert (llama["status"], llama["head_claim"], llama["head_weight_type"]) == ("ok", "arm: gguf: bf16", "bf16")
+    assert lying["head_weight_type"] == "bfloat16" and "dense_head" in list(lying["warning_rules"])
+    void = summarize_sweep(eager_vllm.results, eager_vllm.sweep_id).void
+    assert {"ckpt-dense-head", "gguf-f16-head", "int4-mislabeled"} <= set(void) and "ckpt-int4-head" not in void

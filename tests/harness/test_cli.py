@@ -202,7 +202,7 @@ def test_a_terminal_shows_each_slots_run_live_then_the_table_and_verdicts_once(t
         "storing",
     }
     assert re.search(r"\d/9 runs done, about \d+ s left", text)
-    assert text.count("n/runs") == 1, "the per-arm table, once"
+    assert text.count("n/runs") == 2 and text.count("primary metrics") == 1, "the per-arm table, once, in two parts"
     assert text.count("against the baseline `small`") == 1 and "| large |" in text
 
 

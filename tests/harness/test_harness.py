@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
+from omni.placement import INTERFERENCE_BOUND_PCT
 from omni.reaper import find_run_processes
 from omni.request import SweepRequest
+from omni.spec import Sweep
 from omni.store import list_temp_files, load_runs
 from omni.sweep import prepare_sweep, run_and_store, write_manifest
 from tests.conftest import reap_budget_s
@@ -182,6 +185,8 @@ def test_the_row_keeps_the_engines_environment_configuration_and_iterations(tmp_
     # the engine process's variables (the arm's), not the orchestrator's, which lacks it
     assert row["env_vars"]["OMP_NUM_THREADS"] == "3"
     assert row["engine_config"]["procs"] == 1
+    # load_s from outside (process start to the loaded mark) spans the engine's own clock
+    assert row["load_s"] >= row["engine_config"]["engine_load_s"] > 0
     stored = load_runs(tmp_path / "results").iloc[0]
     assert '"OMP_NUM_THREADS": "3"' in stored["env_vars"] and stored["iterations"] == 3
     from omni.store import load_iterations
@@ -217,3 +222,66 @@ def test_busy_wait_runs_once_the_neighbour_stops_and_refuses_after_the_wait(tmp_
     refused = run_all(tmp_path / "b", [synthetic("x")], busy_threshold_pct=50, busy_wait_s=3, slots={"cpus": "0"})["x"]
     assert refused["status"] == "refused" and "busy_wait_s=3" in refused["error"]
     assert refused["busy_waited_s"] >= 3
+
+
+DEFAULT_BUSY_PCT = Sweep.model_fields["busy_threshold_pct"].default
+
+
+def test_a_neighbour_at_40_percent_of_a_slot_cpu_is_refused_by_default(tmp_path, hog):
+    """This host has no SMT: the slot's own CPU stands in for a sibling (the
+    sibling logic is tests/unit/test_topology.py's)."""
+    hog(0, duty=0.4)
+    time.sleep(0.5)
+    row = run_all(tmp_path, [synthetic("x")], busy_threshold_pct=DEFAULT_BUSY_PCT, slots={"cpus": "0"})["x"]
+    assert row["status"] == "refused" and "cpu0" in row["error"], row.get("error")
+    assert row["busy_max_pct"] > DEFAULT_BUSY_PCT
+    assert (row["smt_mode"], row["smt_siblings"]) == ("false", [])
+
+
+def test_a_neighbour_starting_mid_run_is_interference_with_its_figure(tmp_path, hog):
+    import threading
+
+    # about 4 s of timed steps, mostly waiting, so the neighbour gets its share
+    arm = synthetic("x", step_sleep_ms=100, iterations=5)
+    rows: dict = {}
+    runner = threading.Thread(target=lambda: rows.update(run_all(tmp_path, [arm], slots={"cpus": "0"})))
+    runner.start()
+    logs = tmp_path / "results"
+    while runner.is_alive() and not any("omni-phase: loaded" in p.read_text() for p in logs.rglob("engine.log")):
+        time.sleep(0.05)
+    hog(0, duty=0.4)  # after the start check and the engine's load: mid-run
+    runner.join()
+    row = rows["x"]
+    assert row["status"] == "ok", row.get("error")
+    assert row["interference_samples"] >= 3
+    # 40 % of the CPU, less the part of the first window before it started
+    assert row["foreign_cpu_peak_pct"] > 30, row["foreign_cpu_peak_pct"]
+    assert row["foreign_cpu_peak_pct"] > INTERFERENCE_BOUND_PCT and row["foreign_cpu_mean_pct"] > 0
+    assert row["run_delay_ms"] >= 0 and row["interference_cpu_ms"] > 0
+    message = row["warnings"][row["warning_rules"].index("interference")]
+    assert f"CPU 0 spent {row['foreign_cpu_peak_pct']:.0f}%" in message
+
+
+def test_a_slot_holds_its_idle_siblings_lock(tmp_path, monkeypatch):
+    """The run waits for the lock on its slot's idle SMT sibling (here CPU 1
+    stands in for one), held by another process, and starts once it is free."""
+    import threading
+    from dataclasses import replace
+
+    from omni.topology import Slot
+    from tests.harness.test_schedule import another_process_holding
+
+    monkeypatch.setenv("OMNI_LOCK_DIR", str(tmp_path / "locks"))
+    holder = another_process_holding("hold_cpus((1,), {directory})", tmp_path / "locks")
+    prepared = prepare_sweep(SweepRequest(spec=write_spec(tmp_path, [synthetic("x")]), results=tmp_path / "results"))
+    item = replace(prepared.items[0], slot=Slot(0, 0, (0,), (0,), siblings=(1,)))
+    rows = []
+    runner = threading.Thread(target=lambda: rows.append(run_and_store(prepared.context, item)))
+    runner.start()
+    time.sleep(1.0)
+    released = datetime.now(UTC)
+    holder.communicate("go\n")
+    runner.join()
+    assert rows[0]["status"] == "ok", rows[0].get("error")
+    assert rows[0]["started_at"] >= released, "the run started while its sibling's lock was held"
+    assert rows[0]["smt_siblings"] == [1]

@@ -65,7 +65,8 @@ def test_omni_ops_prints_each_arms_ops_and_judges_them_and_summaries_skip_profil
 
     voided = summarize_sweep(tmp_path, "sw")
     assert set(voided.void) == {"int4"} and any(w.startswith("void arm int4:") for w in voided.warnings)
-    assert "| int4 | decode_tok_s | 3 |" in summary_markdown(voided) and "VOID (bf16 head)" in summary_markdown(voided)
+    shown = summary_markdown(voided)
+    assert "| int4 (VOID) | decode_tok_s | 3 |" in shown and "VOID (bf16 head)" in shown
     done = subprocess.run(
         [sys.executable, "-m", "omni.cli", "ops", "sw", "--results", str(tmp_path), "--steps", "all", "--by-shape"],
         capture_output=True,

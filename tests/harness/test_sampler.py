@@ -5,7 +5,7 @@ import subprocess
 import sys
 import time
 
-from omni.sampler import TreeSampler, descendants, parent_map
+from omni.sampler import TreeSampler, descendants, parent_map, summarize_interference
 
 CHILD = [sys.executable, "-m", "omni.engines.synthetic", "--child"]
 
@@ -65,3 +65,40 @@ def test_sampler_survives_a_vanished_root():
     # reaped before the first look: nothing to measure, and that is no error
     assert sampler.samples == [] and sampler.pss_samples == [] and sampler.seen == {}
     assert sampler.error is None
+
+
+def test_interference_is_sampled_between_the_marks_and_sees_the_trees_processes_wait():
+    """Two busy processes of the tree pinned to one CPU: each waits on the run
+    queue while the other runs, so the tree's run delay is about a second a
+    second (more if the host is busy too), and the forked child is found."""
+    script = (
+        "import os, sys\n"
+        "os.sched_setaffinity(0, [0])\n"
+        "if os.fork() == 0:\n"
+        "    while True: pass\n"
+        "print('ready', flush=True)\n"
+        "while True: pass\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE)
+    sampler = TreeSampler(proc.pid).start()
+    try:
+        assert proc.stdout.readline().strip() == b"ready"
+        sampler.mark("loaded")
+        time.sleep(2.5)
+        sampler.mark("steady")
+        taken = len(sampler.interference)
+        time.sleep(1.2)  # after steady: no more samples
+    finally:
+        sampler.stop()
+        for pid in sampler.tree_pids():
+            os.kill(pid, 9)
+        proc.wait()
+        proc.stdout.close()
+    assert taken >= 3 and len(sampler.interference) == taken
+    assert [s.phase for s in sampler.interference][:: taken - 1] == ["loaded", "steady"]
+    found = summarize_interference(sampler.interference, (0,))
+    assert found.run_delay_ms_per_s > 500, found
+    assert found.window_s > 2 and sampler.interference_cpu_s > 0
+    # the tree's time is on CPU 0, where it was pinned, and nowhere else
+    last = sampler.interference[-1].tree_s_by_cpu
+    assert last.get(0, 0) > 0 and sum(last.values()) == last[0]

@@ -136,14 +136,17 @@ def test_html_report_renders_in_headless_chromium(tmp_path):
     histogram = gray.histogram()  # 256 bins of gray levels
     dark = sum(histogram[:200]) / sum(histogram)
     assert 0.01 < dark < 0.6, f"{dark:.3%} of the screenshot is ink: blank or broken"
-    # every forest row is drawn in its verdict's color: 'slow' is worse, in red
+    # every forest row of a primary metric is drawn in its verdict's color: 'slow' is worse, in red;
+    # the other metrics' forest sits below, folded
     forest = dom.split('<div id="forest">', 1)[1].split("</div>", 1)[0]
     drawn = dict(re.findall(r'<g id="forest-([^"]+)">\s*<path [^>]*?stroke: (#[0-9a-f]{6})', forest))
     judged = {
         f"{arm}-{metric}": j.comparison.verdict
         for (arm, metric), j in summary.judged.items()
-        if j.comparison and j.comparison.ci_low
+        if j.comparison and j.comparison.ci_low and metric in summary.primary
     }
+    others = set(summary.metrics) - set(summary.primary)
+    assert summary.primary and ('<details id="forest-others">' in dom) == bool(others)
     assert drawn == {row: VERDICT_COLORS[verdict] for row, verdict in judged.items()}
     assert drawn["slow-decode_tok_s"] == VERDICT_COLORS["worse"] == "#cf222e"
 

@@ -10,7 +10,7 @@ import pytest
 
 from omni.mempolicy import local_fraction, node_list, parse_numa_maps, parse_policy, policy_of_thread
 from omni.placement import verify_binding
-from omni.sampler import NumaSeen, ProcessSeen, read_status
+from omni.sampler import NumaSeen, ProcessSeen, TreeSampler, read_status
 from omni.topology import Slot, parse_cpulist
 
 GUEST = Path(__file__).parents[1] / "fixtures" / "numa_guest"
@@ -170,3 +170,33 @@ def test_this_hosts_own_numa_maps_parse():
     maps = parse_numa_maps(Path("/proc/self/numa_maps").read_bytes())
     assert maps.mappings > 10 and maps.anon_total_kib > 0
     assert read_status("self")["Cpus_allowed_list"]
+
+
+def binding_row(numa: NumaSeen, proc: ProcessSeen, steady_read: bool) -> dict:
+    """What runner.fill_binding makes of one process whose pages sit mostly off
+    the slot, with or without a numa_maps read in steady state."""
+    from types import SimpleNamespace
+
+    from omni.runner import fill_binding
+
+    sampler = TreeSampler(root_pid=proc.pid)
+    sampler.seen = {proc.pid: proc}
+    sampler.numa_seen = {proc.pid: NumaSeen(proc.pid, numa.name, numa.latest, numa.latest if steady_read else None)}
+    sampler.numa_seen[proc.pid].policies, sampler.numa_seen[proc.pid].task_policies = numa.policies, numa.task_policies
+    sampler.steady_pids = {proc.pid}
+    row = {"status": "ok", "warnings": [], "warning_rules": []}
+    fill_binding(row, SimpleNamespace(sampler=sampler), SimpleNamespace(slot=NODE1), "numactl")
+    return row
+
+
+def test_a_read_before_steady_state_is_not_trusted():
+    proc, numa = captured("membind1-migrated")
+    steady = binding_row(numa, proc, steady_read=True)
+    assert steady["memory_binding_verified"] is True and steady["mem_local_fraction"] < 0.5
+    assert "remote_memory" in steady["warning_rules"] and steady["numa_steady_missing"] == 0
+    stale = binding_row(numa, proc, steady_read=False)
+    assert stale["numa_steady_missing"] == 1 and "numa_not_steady" in stale["warning_rules"]
+    assert stale["memory_binding_verified"] is False
+    assert stale["mem_local_fraction"] is stale["mem_anon_kib_by_node"] is None
+    assert stale["mem_file_local_fraction"] is stale["mem_file_kib_by_node"] is None
+    assert "remote_memory" not in stale["warning_rules"]

@@ -86,6 +86,42 @@ def test_an_int4_head_shows_the_int4_matmul_and_no_bf16_gemm_of_its_shape():
     assert not [r for r in records if r["op"] in ops.DENSE_GEMM_OPS]
 
 
+def ggml(shapes, dtypes, op="MUL_MAT", ms=1.0):
+    return {"step": 0, "op": op, "shapes": json.dumps(shapes), "dtypes": dtypes, "self_ms": ms}
+
+
+def test_the_head_rule_reads_the_weight_operand_not_the_f32_activations():
+    """ggml's MUL_MAT takes the weight as src0 and f32 activations as src1: an
+    honest q6_K or q8_0 head is not dense, an f16/bf16/f32 one is."""
+    q4_0 = {"engine": "llamacpp", "quantization": None, "engine_params": {"gguf": "q4_0"}}
+    for weight in ("q6_K", "q8_0", "q4_0"):
+        records = [ggml([[HIDDEN, VOCAB], [HIDDEN, 2]], f"{weight},f32")]
+        assert ops.head_signature(records, VOCAB, HIDDEN) is None, weight
+        assert ops.head_rule(q4_0, records, VOCAB, HIDDEN) is None
+    for weight in ("f16", "bf16", "f32"):
+        records = [ggml([[HIDDEN, VOCAB], [HIDDEN, 2]], f"{weight},f32")]
+        assert ops.head_signature(records, VOCAB, HIDDEN)["op"] == "MUL_MAT", weight
+        why = ops.head_rule(q4_0, records, VOCAB, HIDDEN)
+        assert why.startswith("bf16 head: the arm claims a quantized output head (gguf: q4_0)")
+    # an f16 matmul of another shape (a layer), beside a quantized head: not the head
+    layer = [ggml([[HIDDEN, 768], [HIDDEN, 2]], "f16,f32"), ggml([[HIDDEN, VOCAB], [HIDDEN, 2]], "q6_K,f32")]
+    assert ops.head_signature(layer, VOCAB, HIDDEN) is None
+    # the activations of the head's shape in a weight's place do not make it the head
+    assert ops.head_signature([ggml([[VOCAB, 2], [HIDDEN, VOCAB]], "f32,q6_K")], VOCAB, HIDDEN) is None
+
+
+def test_torch_head_weights_by_position_and_onednn_by_its_output():
+    linear = ggml([[2, HIDDEN], [VOCAB, HIDDEN], []], "c10::BFloat16,c10::BFloat16", op="aten::linear")
+    assert ops.dense_head_gemm(linear, VOCAB, HIDDEN)
+    addmm = ggml([[VOCAB], [2, HIDDEN], [HIDDEN, VOCAB]], "float,float,float", op="aten::addmm")
+    assert ops.dense_head_gemm(addmm, VOCAB, HIDDEN)
+    # a bf16 input but not the weight: torch's int4 matmul is no dense GEMM, whatever its activations
+    int4 = ggml([[2, HIDDEN], [4000, 8, 32, 4], [], [8, VOCAB, 2]], "c10::BFloat16,int,Scalar,c10::BFloat16")
+    assert not ops.dense_head_gemm({**int4, "op": "aten::_weight_int4pack_mm_for_cpu"}, VOCAB, HIDDEN)
+    onednn = ggml([[2, VOCAB], [2, HIDDEN], []], "c10::BFloat16,c10::BFloat16,Scalar", op="_C::onednn_mm")
+    assert ops.dense_head_gemm(onednn, VOCAB, HIDDEN)  # its weight is a handle: the op is the signature
+
+
 def ops_frame(arms: dict[str, list[list[float]]], op="aten::mm") -> pd.DataFrame:
     """Runs of per-step self ms of one op (plus 'other' at 1 ms/step)."""
     rows = []

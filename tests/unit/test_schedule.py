@@ -1,9 +1,10 @@
-"""The dispatcher on a stand-in executor: plan order, never two runs on one slot."""
+"""The dispatcher on a stand-in executor: each slot's runs in plan order, never two runs on one slot."""
 
 from __future__ import annotations
 
 from concurrent.futures import Future
 
+from omni.plan import plan_sweep
 from omni.request import SweepRequest
 from omni.schedule import dispatch
 from omni.sweep import prepare_sweep
@@ -13,10 +14,11 @@ from tests.specs import synthetic, write_spec
 SLOTS = [Slot(0, 0, (0, 1), (0,)), Slot(1, 1, (2, 3), (1,))]
 
 
-def test_dispatch_starts_in_plan_order_and_never_doubles_a_slot(tmp_path):
+def test_dispatch_keeps_each_slots_plan_order_and_never_doubles_a_slot(tmp_path):
     prepared = prepare_sweep(
         SweepRequest(spec=write_spec(tmp_path, [synthetic(f"a{i}") for i in range(3)], passes=2), results=tmp_path)
     )
+    items = plan_sweep(prepared.loaded, prepared.sweep_id, SLOTS)
     pending: list[Future] = []
     started, busy = [], set()
 
@@ -27,11 +29,13 @@ def test_dispatch_starts_in_plan_order_and_never_doubles_a_slot(tmp_path):
         future = Future()
         future.add_done_callback(lambda _f, s=item.slot.index: busy.discard(s))
         pending.append(future)
-        if len(pending) == len(SLOTS):  # both slots taken: finish the older run
+        if len(pending) == len(SLOTS) or len(started) > 3:  # both slots taken, or slot 0's share done: finish the older
             pending.pop(0).set_result({})
         return future
 
-    placed = dispatch(prepared.items, SLOTS, submit)
-    assert [o for o, _ in started] == [item.order_index for item in prepared.items] == list(range(6))
-    assert [s for _, s in started] == [0, 1, 0, 1, 0, 1]
-    assert [item.slot.index for item, _ in placed] == [0, 1, 0, 1, 0, 1]
+    placed = dispatch(items, SLOTS, submit)
+    for slot in (0, 1):
+        mine = [i.order_index for i in items if i.slot == SLOTS[slot]]
+        assert [o for o, s in started if s == slot] == mine and len(mine) == 3
+    assert sorted(o for o, _ in started) == list(range(6))
+    assert all(p.slot == i.slot for p, _ in placed for i in items if i.order_index == p.order_index)

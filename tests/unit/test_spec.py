@@ -521,3 +521,50 @@ def test_vllm_arms_are_patched_unless_they_say_stock(tmp_path):
         "none",
         "none",
     )
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "arms").glob("*.yaml")), ids=lambda p: p.name)
+def test_repo_arms_size_their_kv_pool_to_the_need(path):
+    """Every real-engine arm of arms/ on a preset sets context_len, and a vLLM
+    arm's pool is its need (batch x context_len x the shape's KV bytes per
+    token) up to the factor block rounding may take, so its memory verdicts
+    are like for like (omni.provisioning); llama.cpp's context is the need.
+    The pool holds every sequence's whole 128-token blocks (vLLM CPU's block
+    size) and one more: vLLM keeps one back as its null block, and a pool of
+    exactly the need preempts a sequence."""
+    from omni.models import PRESETS
+    from omni.provisioning import OVER_FACTOR
+
+    block = 128
+    for arm in load_spec(path).sweep.arms:
+        if arm.engine == "synthetic" or arm.model not in PRESETS:
+            continue
+        assert arm.context_len, f"{path.name}: {arm.name} leaves context_len to the engine"
+        per_token = PRESETS[arm.model].kv_bytes_per_token
+        need = arm.batch_size * arm.context_len * per_token
+        if arm.engine == "vllm":
+            pool = arm.kv_cache_bytes
+            blocks = arm.batch_size * -(-arm.context_len // block) + 1
+            assert pool and blocks * block * per_token <= pool <= OVER_FACTOR * need, (
+                f"{path.name}: {arm.name} pool {pool}, need {need} ({blocks} blocks of {block} tokens)"
+            )
+
+
+@pytest.mark.parametrize(("name", "passes"), [("cpu-suite-1b.yaml", 2), ("cpu-suite-8b.yaml", 3)])
+def test_cpu_suite_specs_run_vllms_workloads_on_both_engines(name, passes):
+    """vLLM's CPU-suite workloads: bf16 and cpu_int4 on vLLM, bf16 and q4_0 on
+    llama.cpp, at 128/128 and 2048/128 at least (the 8B one: also 128/2048,
+    and batch 1 and 8 of each)."""
+    sweep = load_spec(REPO / "arms" / name).sweep
+    assert sweep.passes == passes
+    variants: dict[tuple, set] = {}
+    for arm in sweep.arms:
+        variant = (arm.engine, arm.quantization or getattr(arm.engine_params(), "gguf", "bf16"))
+        variants.setdefault(variant, set()).add((arm.prompt_len, arm.max_tokens, arm.batch_size))
+    assert set(variants) == {("vllm", "bf16"), ("vllm", "cpu_int4"), ("llamacpp", "bf16"), ("llamacpp", "q4_0")}
+    shapes = set.intersection(*variants.values())
+    assert {(128, 128, 1), (2048, 128, 1)} <= shapes
+    if name == "cpu-suite-8b.yaml":
+        assert shapes == {(p, m, b) for p, m in ((128, 128), (128, 2048), (2048, 128)) for b in (1, 8)}
+    assert all(a.engine_params().load_format == "dummy" for a in sweep.arms if a.engine == "vllm")
+    assert not any(a.engine_params().mmap for a in sweep.arms if a.engine == "llamacpp")

@@ -152,10 +152,10 @@ def test_load_time_of_an_arm_whose_runs_mixed_warm_and_cold_compiled_starts_is_r
 
 
 def test_validity_rules_name_the_doubt():
-    rules = dict(validity_rules(Arm(name="x", engine="vllm", model="m", prompt_len=1)))
+    rules = dict(validity_rules(Arm(name="x", engine="vllm", model="m", prompt_len=1, kv_cache_bytes=1 << 21)))
     assert set(rules) == {"context_len_unset", "prompt_len_le_1"}
     assert "KV cache" in rules["context_len_unset"]
-    assert validity_rules(Arm(name="x", engine="vllm", model="m", context_len=256)) == []
+    assert validity_rules(Arm(name="x", engine="vllm", model="m", context_len=256, kv_cache_bytes=1 << 21)) == []
     assert validity_rules(Arm(name="x", engine="synthetic")) == []
 
 
@@ -246,3 +246,131 @@ def test_a_control_that_differs_from_its_replica_flags_the_metric_untrustworthy(
     store_sweep(tmp_path, "off", {"base": steady, "new": steady})
     spec_copy(tmp_path, "off", ["base", "new"], control=False)
     assert summarize_sweep(tmp_path, "off").control is None
+
+
+# --- primary metrics, multiplicity, VOID arms, slots, warnings ---
+
+
+def test_primary_metrics_lead_every_view_and_the_others_are_adjusted(tmp_path):
+    from omni.report import verdicts_markdown
+
+    store_sweep(tmp_path, "pm", {"base": [100, 101, 99, 100.5, 99.5], "new": [90, 91, 89, 90.5, 89.5]}, memory=100.0)
+    spec_copy(tmp_path, "pm", ["base", "new"], primary_metrics=["rss_anon_steady_mb"], control=False)
+    summary = summarize_sweep(tmp_path, "pm")
+    assert summary.primary == ("rss_anon_steady_mb",) and summary.metrics[:2] == ("rss_anon_steady_mb", "decode_tok_s")
+    # the one primary metric at 1 - 0.8 x 5 %, the one other at 1 - 0.2 x 5 %
+    assert summary.adjustment.confidence == {
+        "rss_anon_steady_mb": pytest.approx(0.96),
+        "decode_tok_s": pytest.approx(0.99),
+    }
+    c = summary.judged[("new", "decode_tok_s")].comparison
+    assert c.confidence == pytest.approx(0.99) and c.verdict == "worse"
+    text = summary_markdown(summary)
+    assert text.index("Primary metrics:") < text.index("| new | rss_anon_steady_mb |") < text.index("Other metrics")
+    assert "at 99 %" in text and "Multiplicity: Bonferroni, weighted" in text
+    shown = verdicts_markdown(summary)
+    assert shown.index("Primary metrics:") < shown.index("Other metrics")
+    assert as_json(summary)["primary_metrics"] == ["rss_anon_steady_mb"]
+    # omni's default when the spec names none: decode rate, TTFT, steady RSS (those measured here)
+    store_sweep(tmp_path, "dflt", {"base": [100, 101, 99], "new": [90, 91, 89]})
+    assert summarize_sweep(tmp_path, "dflt").primary == ("decode_tok_s", "rss_anon_steady_mb")
+
+
+@pytest.mark.parametrize(
+    "primary, needle",
+    [(["decode_tokens"], "'decode_tokens' is no judged metric"), (["ttft_ms", "ttft_ms"], "named twice"), ([], "")],
+)
+def test_bad_primary_metrics_are_a_spec_error(tmp_path, primary, needle):
+    from omni.errors import SpecError
+    from omni.spec import load_spec
+
+    path = tmp_path / "s.yaml"
+    path.write_text(
+        yaml.safe_dump({"name": "s", "primary_metrics": primary, "arms": [{"name": "a", "engine": "synthetic"}]})
+    )
+    with pytest.raises(SpecError) as info:
+        load_spec(path)
+    assert needle in str(info.value) and "primary_metrics" in str(info.value)
+
+
+def test_a_void_arm_is_marked_in_every_view_and_kept_out_of_every_verdict(tmp_path):
+    from omni.ops import HEAD_RULE
+    from omni.report import comparison_markdown, verdicts_markdown
+
+    for sweep in ("v1", "v2"):
+        store_sweep(tmp_path, sweep, {"base": [100, 101, 99], "int4": [150, 151, 149]})
+        write_run(
+            tmp_path,
+            {
+                "run_id": f"{sweep}-bad",
+                "sweep_id": sweep,
+                "sweep_name": "s",
+                "status": "invalid",
+                "error": f"{HEAD_RULE}: the arm claims a quantized output head but ran a dense one",
+                "arm": "int4",
+                "pass_index": 3,
+                "order_index": 9,
+                "host": "fixture-host",
+                "engine": "synthetic",
+                "arm_json": json.dumps({"name": "int4", "engine": "synthetic"}),
+                "started_at": T0,
+                "finished_at": T0,
+            },
+        )
+    summary = summarize_sweep(tmp_path, "v2")
+    assert set(summary.void) == {"int4"}
+    judged = summary.judged[("int4", "decode_tok_s")]
+    assert judged.comparison is None and judged.refused.startswith(f"VOID ({HEAD_RULE}): int4's runs are kept out")
+    assert "| int4 (VOID) | decode_tok_s |" in summary_markdown(summary)
+    assert "| int4 (VOID) | VOID (bf16 head) |" in verdicts_markdown(summary)
+    assert "VOID `int4`: pass 3: bf16 head" in verdicts_markdown(summary)
+    compared = compare_sweeps(tmp_path, "v1", "v2")
+    assert compared.judged[("int4", "decode_tok_s")].refused.startswith("VOID") and "int4" in compared.void
+    assert "| int4 (VOID) | decode_tok_s |" in comparison_markdown(compared)
+
+
+def test_slot_is_a_blocking_factor_in_verdicts(tmp_path):
+    """Slot 1 is 20 % slower for both arms, which alternate over the slots;
+    the arm is 5 % faster within each slot: blocked, that is certain."""
+    order = 0
+    for arm, level in (("base", 100.0), ("new", 105.0)):
+        for p, noise in enumerate((1.0, 1.002, 0.998, 1.001)):
+            slot = (p + (arm == "new")) % 2
+            write_run(
+                tmp_path,
+                {
+                    "run_id": f"{arm}{p}",
+                    "sweep_id": "sl",
+                    "sweep_name": "s",
+                    "status": "ok",
+                    "arm": arm,
+                    "pass_index": p,
+                    "order_index": order,
+                    "slot_index": slot,
+                    "host": "fixture-host",
+                    "engine": "synthetic",
+                    "arm_json": json.dumps({"name": arm, "engine": "synthetic"}),
+                    "decode_tok_s": level * noise * (0.8 if slot else 1.0),
+                    "started_at": T0,
+                    "finished_at": T0,
+                },
+            )
+            order += 1
+    c = summarize_sweep(tmp_path, "sl").judged[("new", "decode_tok_s")].comparison
+    assert c.blocked and c.verdict == "better" and c.ratio == pytest.approx(1.05, rel=0.005)
+    assert "arm + slot fitted in log space" in summary_markdown(summarize_sweep(tmp_path, "sl"))
+
+
+def test_too_few_passes_is_one_line_and_warnings_of_one_rule_collapse(tmp_path):
+    from omni.report import collapse_warnings
+
+    store_sweep(tmp_path, "few", {"base": [100, 130, 80], "new": [90, 120, 70]}, memory=100.0)
+    summary = summarize_sweep(tmp_path, "few")
+    short = [w for w in summary.warnings if w.startswith("too_few_passes")]
+    assert len(short) == 1 and short[0].startswith("too_few_passes: 1 metric(s) need more than the 3 ok run(s)")
+    assert collapse_warnings(["void arm a: x", "void arm b: y", "mixed compile cache: z", "void arm a: x"]) == [
+        "void arm a: x",
+        "void arm b: y",
+        "mixed compile cache: z",
+    ]
+    assert collapse_warnings(["too_few_passes: a", "r: 1", "r: 2", "r: 3"]) == ["too_few_passes: a", "r (3): 1; 2; 3"]

@@ -1,6 +1,8 @@
 import pytest
+from pydantic import ValidationError
 
 from omni.errors import OmniError
+from omni.spec import SlotRequest
 from omni.topology import allocate_slots, format_cpulist, parse_cpulist, physical_cores, read_topology
 from tests.conftest import make_sysfs, xeon_8480c_2s
 
@@ -123,3 +125,45 @@ def test_offline_cpus_and_memory_only_node(tmp_path):
 def test_this_host_has_a_slot():
     topo = read_topology()
     assert allocate_slots(topo)[0].cpus
+
+
+def test_a_slot_owns_its_cores_idle_smt_siblings(tmp_path):
+    topo = read_topology(xeon_8480c_2s(tmp_path))
+    slot = allocate_slots(topo, cores=2, node=1)[0]
+    assert (slot.cpus, slot.siblings, slot.smt) == ((56, 57), (168, 169), "false")
+    assert slot.owned == (56, 57, 168, 169)
+    assert slot.describe() == "slot 0: node 1, cpus 56-57, membind 1, owns idle SMT siblings 168-169"
+    # smt: true runs on the siblings, so none is left idle; shared leaves them to others
+    assert allocate_slots(topo, cores=2, node=1, smt=True)[0].siblings == ()
+    shared = allocate_slots(topo, cores=2, node=1, smt="shared")[0]
+    assert (shared.cpus, shared.siblings, shared.owned, shared.smt) == ((56, 57), (), (56, 57), "shared")
+    # explicit CPU lists own their cores' other threads too
+    explicit = allocate_slots(topo, cpus=[[0, 1, 113]])[0]
+    assert (explicit.siblings, explicit.owned) == ((112,), (0, 1, 112, 113))
+
+
+def test_slots_sharing_a_core_are_refused_unless_smt_shared(tmp_path):
+    topo = read_topology(xeon_8480c_2s(tmp_path))
+    # CPU 112 is CPU 0's sibling: two slots would run on one core
+    with pytest.raises(OmniError, match=r"share physical cores: CPU\(s\) 0,112 .*smt: shared"):
+        allocate_slots(topo, cpus=[[0, 1], [112]])
+    both = allocate_slots(topo, cpus=[[0, 1], [112]], smt="shared")
+    assert [s.owned for s in both] == [(0, 1), (112,)]
+
+
+def test_no_smt_host_has_no_siblings(tmp_path):
+    topo = read_topology(make_sysfs(tmp_path, {0: [0, 1, 2, 3]}))
+    assert [s.siblings for s in allocate_slots(topo, cores=1)] == [(), (), (), ()]
+
+
+@pytest.mark.parametrize("value, mode", [(False, "false"), (True, "true"), ("shared", "shared")])
+def test_spec_smt_modes(tmp_path, value, mode):
+    req = SlotRequest.model_validate({"cores": 2, "smt": value})
+    topo = read_topology(xeon_8480c_2s(tmp_path))
+    assert allocate_slots(topo, cores=req.cores, smt=req.smt)[0].smt == mode
+
+
+@pytest.mark.parametrize("bad", ["yes", "on", 1, None])
+def test_spec_smt_refuses_anything_else(bad):
+    with pytest.raises(ValidationError, match="is not false, true or shared"):
+        SlotRequest.model_validate({"smt": bad})
