@@ -45,10 +45,11 @@ sys.path.insert(0, str(REPO))
 
 from omni.placement import measure_busy  # noqa: E402
 from omni.schedule import hold_cpus  # noqa: E402
+from omni.spec.sweep import Sweep  # noqa: E402
 from omni.store import load_runs  # noqa: E402
 
 OMNI = str(REPO / ".venv" / "bin" / "omni")
-BUSY_PCT = 50.0  # a spec's default busy_threshold_pct
+BUSY_PCT = Sweep.model_fields["busy_threshold_pct"].default  # a spec's default
 
 
 def one_run_spec(folder: Path) -> Path:

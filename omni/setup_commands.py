@@ -75,6 +75,16 @@ def env_build(name: str = typer.Argument(..., help="env name, see omni env list"
     show(f"{name}: {info.python} (key {info.key}, freeze sha256 {info.freeze_sha256})")
 
 
+def gguf_types(values: list[str]) -> list[str]:
+    """--gguf: each a GGUF type the factory makes (a usage error, exit 2, otherwise)."""
+    from omni.models import GGUF_TYPES
+
+    if unknown := [v for v in values if v not in GGUF_TYPES]:
+        shown = ", ".join(repr(v[:40]) for v in unknown)
+        raise typer.BadParameter(f"{shown}: no GGUF type the factory makes; give one of {', '.join(GGUF_TYPES)}")
+    return values
+
+
 @models_app.command("make")
 def models_make(
     preset: str = typer.Argument(..., help="shape preset, e.g. tiny-llama"),
@@ -82,16 +92,17 @@ def models_make(
         None, "--out", callback=directory_to_make, help="directory (default models/PRESET)"
     ),
     gguf: list[str] = typer.Option(
-        [], "--gguf", help="GGUF type to make (bf16, q8_0, q4_0; repeatable) for presets that make them on demand"
+        [],
+        "--gguf",
+        callback=gguf_types,
+        help="GGUF type to make (bf16, q8_0, q4_0; repeatable) for presets that make them on demand",
     ),
 ) -> None:
     """Write the preset's HF directory and GGUF files; print their digests."""
-    from omni.models import GGUF_TYPES, PRESETS
+    from omni.models import PRESETS
     from omni.resources import make_model
 
     if preset not in PRESETS:
         raise OmniError(f"unknown preset {preset!r}; known: {', '.join(PRESETS)}")
-    if unknown := [k for k in gguf if k not in GGUF_TYPES]:
-        raise OmniError(f"unknown GGUF type(s) {', '.join(unknown)}; known: {', '.join(GGUF_TYPES)}")
     manifest = make_model(REPO_ROOT, preset, out_dir.resolve() if out_dir else None, tuple(gguf))
     show(render.model_made(preset, manifest))

@@ -157,3 +157,6 @@ SHARED_ARMS = [
     *LONG_ARMS,
 ]
 PROFILED_ONLY = {"int4", "int4-mislabeled"}  # their timed pass is no test's
+# The whole shared sweep's budget: whichever test asks for it first (pytest's
+# order, or -k) pays for all of it in its setup (tests/engines/conftest.py).
+SHARED_SWEEP_TIMEOUT_S = 1800

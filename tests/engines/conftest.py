@@ -10,11 +10,23 @@ from omni.request import SweepRequest
 from omni.schedule import run_concurrently
 from omni.sweep import prepare_sweep, run_and_store
 from tests.conftest import mark_layer
-from tests.engines.arms import PROFILED_ONLY, SHARED_ARMS, SIDE_BY_SIDE, make_head_cases, write_spec
+from tests.engines.arms import (
+    PROFILED_ONLY,
+    SHARED_ARMS,
+    SHARED_SWEEP_TIMEOUT_S,
+    SIDE_BY_SIDE,
+    make_head_cases,
+    write_spec,
+)
 
 
 def pytest_collection_modifyitems(items):
     mark_layer(items, __file__)
+    for item in items:
+        # the session sweep runs in the setup of the first test that reads it,
+        # under that test's timeout: each reader gets the sweep's whole budget
+        if "eager_vllm" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.timeout(SHARED_SWEEP_TIMEOUT_S), append=False)
 
 
 @dataclass(frozen=True)

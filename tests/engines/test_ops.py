@@ -12,13 +12,9 @@ from omni import ops, store
 from omni.summary import summarize_sweep
 
 VOCAB, HIDDEN = 32000, 256  # tiny-llama
-# the first test to ask for the shared eager sweep pays for all of it (a dozen runs, most of
-# them vLLM starts, two at a time): 15 min and more on a 2-core host other work shares
-SHARED_SWEEP_TIMEOUT_S = 1800
 
 
 @pytest.mark.engines
-@pytest.mark.timeout(SHARED_SWEEP_TIMEOUT_S)
 def test_profiled_vllm_runs_store_ops_and_a_mislabeled_int4_head_is_invalid(eager_vllm):
     """Two profiled runs in the real vLLM env: an honest int4 head passes the
     bf16-head rule, the same arm with its head left in bf16 behind its back
@@ -43,7 +39,6 @@ def test_profiled_vllm_runs_store_ops_and_a_mislabeled_int4_head_is_invalid(eage
 
 
 @pytest.mark.engines
-@pytest.mark.timeout(SHARED_SWEEP_TIMEOUT_S)
 def test_a_profiled_llamacpp_run_times_every_node_and_labels_it_distorting(eager_vllm):
     """llama.cpp's timed and profiled pass, from the shared eager sweep (the ops of its vLLM
     runs are theirs: this test reads the llama arm's)."""
@@ -65,7 +60,6 @@ def test_a_profiled_llamacpp_run_times_every_node_and_labels_it_distorting(eager
 
 
 @pytest.mark.engines
-@pytest.mark.timeout(SHARED_SWEEP_TIMEOUT_S)
 def test_every_run_is_held_to_its_heads_claims_without_a_profile(eager_vllm):
     """Models given by path that claim a quantized head, none profiled (omni.models.make_head_cases):
     a cpu_int4 checkpoint whose head loads bf16 is invalid, an honest one ok, a q4_0 GGUF whose

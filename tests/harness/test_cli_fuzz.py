@@ -306,6 +306,7 @@ def test_hostile_values_in_combination(world, nothing_starts, data):
     for param in chosen:
         if kind(param) == "flag":
             argv = [*argv, param.opts[0]] if param.opts[0] not in argv else argv
+            names += param.opts  # a flag given where it does not apply is refused naming it
             continue
         value = data.draw(st.sampled_from(hostile(param, world)), label=param.name)
         argv = with_value(argv, param, value)
