@@ -329,18 +329,22 @@ def write_gguf_streamed(path: Path, name: str, shape: Shape, tensors: Iterable[t
     writer.close()
 
 
-def quantize_gguf(src: Path, dst: Path, kind: str) -> None:
-    """Quantize with llama.cpp's own ``llama_model_quantize``."""
+def quantize_gguf(src: Path, dst: Path, kind: str, output_f16: bool = False) -> None:
+    """Quantize with llama.cpp's own ``llama_model_quantize``. ``output_f16``:
+    keep ``output.weight`` in f16 (``llama-quantize --output-tensor-type f16``),
+    so the file type claims ``kind`` while its head is dense."""
     import llama_cpp
 
-    ftype = {"q8_0": llama_cpp.LLAMA_FTYPE_MOSTLY_Q8_0, "q4_0": llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_0}[kind]
     params = llama_cpp.llama_model_quantize_default_params()
-    params.ftype = ftype
+    params.ftype = {"q8_0": llama_cpp.LLAMA_FTYPE_MOSTLY_Q8_0, "q4_0": llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_0}[kind]
+    if output_f16:
+        params.output_tensor_type = llama_cpp.GGML_TYPE_F16
     params.nthread = 1  # one thread: the same bytes every time
     tmp = dst.with_name(f".{dst.name}.tmp")
     rc = llama_cpp.llama_model_quantize(str(src).encode(), str(tmp).encode(), params)
     if rc != 0:
-        raise RuntimeError(f"llama_model_quantize({src} -> {kind}) returned {rc}")
+        head = ", f16 output" if output_f16 else ""
+        raise RuntimeError(f"llama_model_quantize({src} -> {kind}{head}) returned {rc}")
     os.replace(tmp, dst)
 
 
@@ -452,20 +456,8 @@ def make_claimed_int4(src_hf: Path, out: Path, head_dense: bool) -> Path:
 
 def quantize_dense_head(src: Path, dst: Path) -> None:
     """A q4_0 GGUF (general.file_type MOSTLY_Q4_0) whose output.weight stays f16:
-    ``llama_model_quantize`` with ``output_tensor_type`` F16, what
-    ``llama-quantize --output-tensor-type f16`` does. Its file type claims q4_0;
-    its head is dense."""
-    import llama_cpp
-
-    params = llama_cpp.llama_model_quantize_default_params()
-    params.ftype = llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_0
-    params.output_tensor_type = llama_cpp.GGML_TYPE_F16
-    params.nthread = 1  # one thread: the same bytes every time
-    tmp = dst.with_name(f".{dst.name}.tmp")
-    rc = llama_cpp.llama_model_quantize(str(src).encode(), str(tmp).encode(), params)
-    if rc != 0:
-        raise RuntimeError(f"llama_model_quantize({src} -> q4_0, f16 output) returned {rc}")
-    os.replace(tmp, dst)
+    its file type claims q4_0; its head is dense."""
+    quantize_gguf(src, dst, "q4_0", output_f16=True)
 
 
 def make_head_cases(preset_dir: Path, out: Path) -> dict[str, str]:

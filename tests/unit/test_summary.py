@@ -190,25 +190,26 @@ def test_min_effect_from_the_spec_sets_the_margin_per_metric(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "min_effect, needle",
+    "field, value, needle",
     [
-        (1.5, "is not a relative effect"),
-        ({"decode_tokens": 0.05}, "'decode_tokens' is no judged metric"),
-        ({"run_id": 0.05}, "'run_id' is no judged metric"),
-        (0, "is not a relative effect"),
+        ("min_effect", 1.5, "is not a relative effect"),
+        ("min_effect", {"decode_tokens": 0.05}, "'decode_tokens' is no judged metric"),
+        ("min_effect", {"run_id": 0.05}, "'run_id' is no judged metric"),
+        ("min_effect", 0, "is not a relative effect"),
+        ("primary_metrics", ["decode_tokens"], "'decode_tokens' is no judged metric"),
+        ("primary_metrics", ["ttft_ms", "ttft_ms"], "named twice"),
+        ("primary_metrics", [], ""),
     ],
 )
-def test_bad_min_effect_is_a_spec_error(tmp_path, min_effect, needle):
+def test_bad_min_effect_or_primary_metrics_are_a_spec_error(tmp_path, field, value, needle):
     from omni.errors import SpecError
     from omni.spec import load_spec
 
     path = tmp_path / "s.yaml"
-    path.write_text(
-        yaml.safe_dump({"name": "s", "min_effect": min_effect, "arms": [{"name": "a", "engine": "synthetic"}]})
-    )
+    path.write_text(yaml.safe_dump({"name": "s", field: value, "arms": [{"name": "a", "engine": "synthetic"}]}))
     with pytest.raises(SpecError) as info:
         load_spec(path)
-    assert needle in str(info.value) and "min_effect" in str(info.value)
+    assert needle in str(info.value) and field in str(info.value)
 
 
 def spec_copy(results: Path, sweep_id: str, arms: list[str], **fields) -> None:
@@ -274,23 +275,6 @@ def test_primary_metrics_lead_every_view_and_the_others_are_adjusted(tmp_path):
     # omni's default when the spec names none: decode rate, TTFT, steady RSS (those measured here)
     store_sweep(tmp_path, "dflt", {"base": [100, 101, 99], "new": [90, 91, 89]})
     assert summarize_sweep(tmp_path, "dflt").primary == ("decode_tok_s", "rss_anon_steady_mb")
-
-
-@pytest.mark.parametrize(
-    "primary, needle",
-    [(["decode_tokens"], "'decode_tokens' is no judged metric"), (["ttft_ms", "ttft_ms"], "named twice"), ([], "")],
-)
-def test_bad_primary_metrics_are_a_spec_error(tmp_path, primary, needle):
-    from omni.errors import SpecError
-    from omni.spec import load_spec
-
-    path = tmp_path / "s.yaml"
-    path.write_text(
-        yaml.safe_dump({"name": "s", "primary_metrics": primary, "arms": [{"name": "a", "engine": "synthetic"}]})
-    )
-    with pytest.raises(SpecError) as info:
-        load_spec(path)
-    assert needle in str(info.value) and "primary_metrics" in str(info.value)
 
 
 def test_a_void_arm_is_marked_in_every_view_and_kept_out_of_every_verdict(tmp_path):
