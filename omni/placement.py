@@ -3,6 +3,7 @@ are free, and the proof of the binding that actually took effect."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 import time
@@ -13,7 +14,7 @@ import psutil
 
 from omni.errors import OmniError
 from omni.mempolicy import add_kib, describe_nodes, local_fraction, node_list, parse_policy
-from omni.procfs import cpu_times
+from omni.procfs import cpu_times, read_thread_sched
 from omni.topology import Slot, format_cpulist
 
 
@@ -79,16 +80,48 @@ def _own_tree() -> list[psutil.Process]:
         return [me]
 
 
-def _cpu_seconds(procs: list[psutil.Process]) -> dict[int, tuple[float, int]]:
+def _thread_seconds(procs: list[psutil.Process]) -> dict[tuple[int, int], tuple[float, int]]:
+    """Each thread of ``procs``: (CPU seconds so far, the CPU it last ran on).
+    Per thread, not per process: a process's threads (Prefect's server, the
+    flow's workers) run on different CPUs at once."""
     out = {}
     for proc in procs:
         try:
-            with proc.oneshot():
-                times = proc.cpu_times()
-                out[proc.pid] = (times.user + times.system, proc.cpu_num())
-        except psutil.Error:
+            tids = os.listdir(f"/proc/{proc.pid}/task")
+        except OSError:
             continue
+        for tid in tids:
+            sched = read_thread_sched(proc.pid, tid)
+            if sched is not None:
+                out[(proc.pid, int(tid))] = (sched.exec_ns / 1e9, sched.cpu)
     return out
+
+
+def level_off(busy: dict[int, float], own: float) -> dict[int, float]:
+    """Per-CPU load left once ``own`` (percent of one CPU) is taken off ``busy``
+    where it lowers the busiest CPU most (water-filling).
+
+    Where our own threads ran inside the window is known only by the CPU each
+    last ran on, and they move between the slot's CPUs: taken off by that
+    guess, a CPU our orchestrator left a moment before looks foreign-busy.
+    Spreading our time to flatten the top never overstates a neighbour: the
+    figure is the least foreign load consistent with what was measured.
+    """
+    if own <= 0 or not busy:
+        return dict(busy)
+    if own >= sum(busy.values()):
+        return {cpu: 0.0 for cpu in busy}
+    levels = sorted(busy.values(), reverse=True)
+    taken, level = 0.0, levels[0]
+    for i, value in enumerate(levels):
+        below = levels[i + 1] if i + 1 < len(levels) else 0.0
+        room = (value - below) * (i + 1)  # lowering the top i+1 CPUs from value to below
+        if taken + room >= own:
+            level = value - (own - taken) / (i + 1)
+            break
+        taken += room
+        level = below
+    return {cpu: min(pct, level) for cpu, pct in busy.items()}
 
 
 def _top_foreign(cpus: set[int], exclude: set[int], limit: int = 3) -> tuple[str, ...]:
@@ -140,21 +173,18 @@ def measure_busy(cpus: list[int], window_s: float = 0.5) -> BusyReport:
     processes' time is attributed to the CPU each last ran on and subtracted.
     """
     own = _own_tree()
-    before_own = _cpu_seconds(own)
+    before_own = _thread_seconds(own)
     t0 = time.monotonic()
     system = cpu_load(window_s)
     elapsed = time.monotonic() - t0
-    after_own = _cpu_seconds(own)
-    per_cpu = {}
+    after_own = _thread_seconds(own)
     for cpu in cpus:
         if cpu not in system:
             raise OmniError(f"CPU {cpu} is not online on this host (online: {format_cpulist(system)})")
-        mine = sum(
-            after_own[pid][0] - before_own[pid][0]
-            for pid in after_own
-            if pid in before_own and after_own[pid][1] == cpu
-        )
-        per_cpu[cpu] = max(0.0, system[cpu] - 100.0 * mine / elapsed)
+    mine = sum(
+        seconds - before_own[key][0] for key, (seconds, cpu) in after_own.items() if key in before_own and cpu in cpus
+    )
+    per_cpu = level_off({cpu: system[cpu] for cpu in cpus}, 100.0 * mine / elapsed)
     return BusyReport(per_cpu, ())
 
 

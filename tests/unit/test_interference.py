@@ -82,3 +82,15 @@ def test_a_timed_part_shorter_than_a_window_has_no_peak():
     samples = series((0.0, {0: 0.0}, {}, 0.0), (0.2, {0: 0.2}, {0: 0.1}, 0.0))
     found = summarize_interference(samples, (0,))
     assert found.peak_pct is None and found.mean_pct == pytest.approx(50)
+
+
+def test_own_time_is_taken_off_where_it_flattens_the_busiest_cpu():
+    """Our threads' time, placed only by the CPU each last ran on, is spread to
+    lower the top: the least foreign load the measurement allows."""
+    from omni.placement import level_off
+
+    assert level_off({0: 14.0, 1: 2.0}, 10.0) == {0: 4.0, 1: 2.0}
+    assert level_off({0: 30.0, 1: 20.0}, 15.0) == {0: 17.5, 1: 17.5}
+    assert level_off({0: 5.0, 1: 5.0}, 20.0) == {0: 0.0, 1: 0.0}
+    assert level_off({0: 50.0}, 10.0) == {0: 40.0}
+    assert level_off({0: 50.0, 1: 0.0}, 0.0) == {0: 50.0, 1: 0.0}  # nothing of ours: all foreign
