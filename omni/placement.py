@@ -3,7 +3,6 @@ are free, and the proof of the binding that actually took effect."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import sys
 import time
@@ -14,7 +13,7 @@ import psutil
 
 from omni.errors import OmniError
 from omni.mempolicy import add_kib, describe_nodes, local_fraction, node_list, parse_policy
-from omni.procfs import cpu_times, read_thread_sched
+from omni.procfs import cpu_times, read_threads_sched
 from omni.topology import Slot, format_cpulist
 
 
@@ -84,17 +83,7 @@ def _thread_seconds(procs: list[psutil.Process]) -> dict[tuple[int, int], tuple[
     """Each thread of ``procs``: (CPU seconds so far, the CPU it last ran on).
     Per thread, not per process: a process's threads (Prefect's server, the
     flow's workers) run on different CPUs at once."""
-    out = {}
-    for proc in procs:
-        try:
-            tids = os.listdir(f"/proc/{proc.pid}/task")
-        except OSError:
-            continue
-        for tid in tids:
-            sched = read_thread_sched(proc.pid, tid)
-            if sched is not None:
-                out[(proc.pid, int(tid))] = (sched.exec_ns / 1e9, sched.cpu)
-    return out
+    return {key: (sched.exec_ns / 1e9, sched.cpu) for key, sched in read_threads_sched(p.pid for p in procs).items()}
 
 
 def level_off(busy: dict[int, float], own: float) -> dict[int, float]:

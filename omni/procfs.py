@@ -73,3 +73,19 @@ def read_thread_sched(pid: int, tid: int | str) -> ThreadSched | None:
         return parse_thread_sched(schedstat, stat)
     except (OSError, ValueError, IndexError):
         return None
+
+
+def read_threads_sched(pids) -> dict[tuple[int, int], ThreadSched]:
+    """:class:`ThreadSched` of every thread of ``pids``, keyed (pid, tid);
+    processes and threads gone meanwhile are left out."""
+    out = {}
+    for pid in pids:
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            sched = read_thread_sched(pid, tid)
+            if sched is not None:
+                out[(pid, int(tid))] = sched
+    return out

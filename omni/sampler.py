@@ -39,7 +39,7 @@ import time
 from dataclasses import dataclass, field
 
 from omni.mempolicy import NumaMaps, parse_numa_maps, policy_of_thread
-from omni.procfs import CLK_TCK, ThreadSched, cpu_times, read_all, read_thread_sched
+from omni.procfs import CLK_TCK, ThreadSched, cpu_times, read_all, read_threads_sched
 from omni.topology import parse_cpulist
 
 KIB_PER_MIB = 1024
@@ -390,26 +390,17 @@ class TreeSampler:
         if refresh:  # at a mark: children the paced tree refresh has not found yet
             pids |= descendants(self.root_pid, parent_map())
         first = not self.interference
-        for pid in pids:
-            try:
-                tids = os.listdir(f"/proc/{pid}/task")
-            except OSError:
+        for key, now in read_threads_sched(pids).items():
+            before = self._sched.get(key)
+            self._sched[key] = now
+            if first:
                 continue
-            for tid in tids:
-                now = read_thread_sched(pid, tid)
-                if now is None:
-                    continue
-                key = (pid, int(tid))
-                before = self._sched.get(key)
-                self._sched[key] = now
-                if first:
-                    continue
-                if before and now.exec_ns < before.exec_ns:  # a reused tid: another thread
-                    before = None
-                exec_ns = now.exec_ns - (before.exec_ns if before else 0)
-                delay_ns = now.run_delay_ns - (before.run_delay_ns if before else 0)
-                self._tree_s_by_cpu[now.cpu] = self._tree_s_by_cpu.get(now.cpu, 0.0) + exec_ns / 1e9
-                self._run_delay_s += delay_ns / 1e9
+            if before and now.exec_ns < before.exec_ns:  # a reused tid: another thread
+                before = None
+            exec_ns = now.exec_ns - (before.exec_ns if before else 0)
+            delay_ns = now.run_delay_ns - (before.run_delay_ns if before else 0)
+            self._tree_s_by_cpu[now.cpu] = self._tree_s_by_cpu.get(now.cpu, 0.0) + exec_ns / 1e9
+            self._run_delay_s += delay_ns / 1e9
         busy = {cpu: ticks / CLK_TCK for cpu, (ticks, _) in cpu_times().items()}
         self.interference.append(
             InterferenceSample(time.monotonic(), self._phase, busy, dict(self._tree_s_by_cpu), self._run_delay_s)
