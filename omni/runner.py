@@ -400,9 +400,7 @@ def fill_head(row: dict, head: dict | None) -> None:
     (synthetic) leaves the columns null."""
     if not head:
         return
-    params = row.get("engine_params") or {}
-    if isinstance(params, str):
-        params = json.loads(params)
+    params = row.get("engine_params") or {}  # a dict here: base_row's, before the store dumps it to JSON
     check = check_head(row["engine"], row.get("quantization"), params, row.get("model") in PRESETS, head)
     row["head_weight_type"] = check.weight_type
     row["head_claim"] = check.claim.describe() if check.claim else None
