@@ -25,7 +25,7 @@ from omni.engines.vllm import COMPILE_MARKERS
 from omni.placement import numactl_path, pin_argv
 from omni.plan import PlanItem
 from omni.progress import BOARD
-from omni.reaper import RUN_ID_VAR, Watchdog, reap_run
+from omni.reaper import RUN_ID_VAR, Watchdog, reap_run, wait_for_exit
 from omni.sampler import TreeSampler
 
 STDERR_TAIL_LINES = 60
@@ -107,6 +107,9 @@ class RunInterrupted(Exception):
 
 # How often a waiting run looks whether the process is going down.
 STOP_POLL_S = 0.2
+# how long a run's other processes get to follow its front out before they are
+# reaped and recorded as left behind
+EXIT_GRACE_S = 3.0
 # interrupt() waits this long at most for the engines to be reaped: reap_run
 # takes 13 s at worst (3 s grace, 10 s of SIGKILLs), and a Prefect process
 # worker SIGKILLs a flow run 30 s after its SIGTERM
@@ -218,6 +221,11 @@ class EngineProcess:
         try:
             self.sampler.stop()
             pids = self.sampler.tree_pids() - {self.proc.pid}
+            if self.proc.poll() is not None:
+                # the front ended by itself: its children may be a moment behind
+                # it (vLLM's EngineCore, multiprocessing's resource tracker), and
+                # one that exits on its own was not left behind
+                wait_for_exit(self.run_id, pids, EXIT_GRACE_S)
             self.leftovers = {p for p in reap_run(self.run_id, pids | {self.proc.pid})}
             self.proc.wait()
             self.leftovers.discard(self.proc.pid)

@@ -59,6 +59,18 @@ def _alive(pid: int) -> bool:
     return stat[stat.rindex(b")") + 2 : stat.rindex(b")") + 3] != b"Z"
 
 
+def wait_for_exit(run_id: str, known: set[int], timeout_s: float, var: str = RUN_ID_VAR) -> bool:
+    """Wait up to ``timeout_s`` for the run's processes to end on their own;
+    ``True`` when none is left."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if not any(_alive(p) for p in known) and not find_run_processes(run_id, var):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.1)
+
+
 def reap_run(
     run_id: str, known: set[int] = frozenset(), grace_s: float = 3.0, limit_s: float = 10.0, var: str = RUN_ID_VAR
 ) -> set[int]:

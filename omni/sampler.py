@@ -351,6 +351,14 @@ class TreeSampler:
                 self._tree_due = False
                 cost = self._timed(self._refresh_tree)
                 self._next_tree = now + max(self.tree_period_s, cost / self.budget)
+            # right after the tree: the read a mark asks for (``steady``) must land
+            # inside the engine's hold, which on a slow host is a few ticks long
+            if self._numa_due or (self._numa_live and now >= self._next_numa):
+                self._numa_due = False
+                cost = self._timed(self._sample_numa_and_threads)
+                self.numa_reads += 1
+                self.numa_cpu_s += cost
+                self._next_numa = now + max(self.tree_period_s, cost / self.budget)
             self._sample_rss()
             if self._pss_due or now >= self._next_pss:
                 self._pss_due = False
@@ -359,12 +367,6 @@ class TreeSampler:
             if self._interference_on and now >= self._next_interference:
                 cost = self._self_timed_interference(refresh=False)
                 self._next_interference = now + max(INTERFERENCE_PERIOD_S, cost / INTERFERENCE_BUDGET)
-            if self._numa_due or (self._numa_live and now >= self._next_numa):
-                self._numa_due = False
-                cost = self._timed(self._sample_numa_and_threads)
-                self.numa_reads += 1
-                self.numa_cpu_s += cost
-                self._next_numa = now + max(self.tree_period_s, cost / self.budget)
             next_t += self.interval
             # plain sleep: an Event.wait wake-up costs half as much again on a VM
             time.sleep(max(0.0, next_t - time.monotonic()))

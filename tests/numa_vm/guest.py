@@ -34,8 +34,9 @@ def uptime_s() -> float:
 
 def synthetic(name: str, **params) -> dict:
     # a run whose cost is mostly sleeps: its wall time does not swing with
-    # TCG's speed, so two slots' overlap shows in the makespan
-    base = {"mem_mb": 32, "load_s": 2.0, "hold_s": 1.0, "work_per_token": 200, "prefill_work_per_token": 20}
+    # TCG's speed, so two slots' overlap shows in the makespan; the steady hold
+    # is long enough for a sampler under TCG to read numa_maps in it
+    base = {"mem_mb": 32, "load_s": 2.0, "hold_s": 3.0, "work_per_token": 200, "prefill_work_per_token": 20}
     return {"name": name, "engine": "synthetic", "prompt_len": 8, "max_tokens": 4, "params": {**base, **params}}
 
 
@@ -49,7 +50,9 @@ SWEEPS = {
         "arms": [synthetic("reset", escape="reset_policy"), synthetic("migrate", escape="migrate_pages")],
     },
     # one slot across both nodes, memory bound to both
-    "straddle": {"slots": {"cpus": "0-1", "straddle": True}, "passes": 1, "arms": [synthetic("wide")]},
+    # its slot holds both CPUs, so the orchestrator's sampler shares them with the
+    # engine; under TCG it went 3 s without a sample: a longer steady window
+    "straddle": {"slots": {"cpus": "0-1", "straddle": True}, "passes": 1, "arms": [synthetic("wide", hold_s=8.0)]},
 }
 
 
