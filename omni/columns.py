@@ -359,8 +359,8 @@ COLUMNS: tuple[Column, ...] = (
             "rss_anon_steady_mb",
             _F64,
             "MiB",
-            "tree RssAnon in the hold after generation: the median of the samples after the engine's `steady` "
-            "mark, once the timed and audit generations are done and before it exits",
+            "tree RssAnon in the hold after generation: the median of the samples between the engine's `steady` "
+            "and `teardown` marks, once the timed and audit generations are done and before it frees anything",
             _LOWER,
         ),
         ("pss_anon_tree_mb", _F64, "MiB", "peak anonymous Pss summed over the tree, start to exit", _LOWER),

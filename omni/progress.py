@@ -19,7 +19,8 @@ PHASE_WORDS = {
     "loaded": "measuring",
     "profiling": "profiling",
     "steady": "holding for memory",
-    "done": "tearing down",
+    "teardown": "tearing down",
+    "done": "writing its result",
 }
 
 

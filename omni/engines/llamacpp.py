@@ -34,7 +34,7 @@ from omni.engines.common import (
     token_prompts,
     warmup_prompts,
 )
-from omni.engines.protocol import log, mark_phase, serve
+from omni.engines.protocol import hold_steady, log, mark_phase, serve
 from omni.ops import GGML_EVAL_CALLBACK  # standard library only at import, as the engine env needs
 
 
@@ -431,8 +431,7 @@ def run(arm: dict) -> dict:
     if arm.get("profiled"):
         mark_phase("profiling")
         traced, metrics["profile_overhead"] = profile(lm, arm, prompts, arm["profile"]["steps"], iterations)
-    mark_phase("steady")
-    time.sleep(params["hold_s"])
+    hold_steady(params["hold_s"])
     return {
         "metrics": metrics,
         "iterations": iterations,

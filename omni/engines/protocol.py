@@ -31,6 +31,16 @@ def mark_phase(name: str) -> None:
     sys.stderr.flush()
 
 
+def hold_steady(seconds: float) -> None:
+    """The steady window: mark ``steady``, hold everything for ``seconds`` while
+    the orchestrator samples memory, then mark ``teardown`` before anything is
+    freed. Whatever follows (children ended, buffers dropped, vLLM's EngineCore
+    shut down when its ``LLM`` goes out of scope) is not steady state."""
+    mark_phase("steady")
+    time.sleep(seconds)
+    mark_phase("teardown")
+
+
 def log(message: str) -> None:
     sys.stderr.write(f"[{os.getpid()}] {message}\n")
     sys.stderr.flush()

@@ -20,7 +20,7 @@ import sys
 import time
 
 from omni.engines.common import TokenClock, fresh_prompts, prompts_digest, token_prompts
-from omni.engines.protocol import log, mark_phase, serve
+from omni.engines.protocol import hold_steady, log, mark_phase, serve
 from omni.topology import parse_cpulist
 
 MIB = 1 << 20
@@ -241,12 +241,12 @@ def run(arm: dict) -> dict:
         for i in range(params["iterations"])
     ]
     fresh = generate(arm, params, fresh_batch, seen)  # the repeat audit's second first sight, in no metric
-    mark_phase("steady")
-    time.sleep(params["hold_s"])
+    hold_steady(params["hold_s"])
     for child in children:
         child.stdin.close()
         child.wait()
     del region, escaped
+    time.sleep(params["teardown_s"])  # a real engine's shutdown, after its memory went
     return {
         "metrics": {"load_s": load_s},
         "iterations": iterations,

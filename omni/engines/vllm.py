@@ -33,7 +33,7 @@ from omni.engines.common import (
     token_prompts,
     warmup_prompts,
 )
-from omni.engines.protocol import log, mark_phase, serve
+from omni.engines.protocol import hold_steady, log, mark_phase, serve
 from omni.vllm_plugin.names import HEAD_VAR, QUANT_VAR, QUANTIZATIONS, REPORT_VAR, SELECT_VAR
 
 # What vLLM 0.32 logs (vllm/compilation/decorators.py) when a compiled start
@@ -366,8 +366,7 @@ def run(arm: dict) -> dict:
         )
         config = llm.llm_engine.model_config
         traced = {"trace_dir": str(trace_dir), "head_shape": [config.get_vocab_size(), config.get_hidden_size()]}
-    mark_phase("steady")
-    time.sleep(arm["params"]["hold_s"])
+    hold_steady(arm["params"]["hold_s"])
     return {
         "metrics": metrics,
         "iterations": iterations,

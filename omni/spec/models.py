@@ -108,6 +108,7 @@ class SyntheticParams(SpecModel):
     iterations: int = Field(5, ge=1, le=100)
     load_s: float = Field(0.0, ge=0)  # extra seconds spent "loading"
     hold_s: float = Field(0.3, ge=0)  # seconds holding memory after generating
+    teardown_s: float = Field(0.0, ge=0, le=3600)  # seconds alive after freeing its memory, as a shutdown
     crash: bool = False  # die with an uncaught error after load
     hang: bool = False  # hang forever after load
     exit_code: int = Field(0, ge=0, le=255)  # non-zero: write nothing, exit with it

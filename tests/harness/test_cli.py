@@ -197,6 +197,7 @@ def test_a_terminal_shows_each_slots_run_live_then_the_table_and_verdicts_once(t
         "measuring",
         "holding for memory",
         "tearing down",
+        "writing its result",
         "reaping",
         "storing",
     }

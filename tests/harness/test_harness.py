@@ -45,6 +45,24 @@ def test_memory_is_measured_exactly_over_a_process_tree(tmp_path):
     assert big["binding_ok"] and big["binding_procs_checked"] == 3
 
 
+def test_steady_memory_is_the_hold_not_the_teardown_after_it(tmp_path):
+    """An engine lingers after freeing its memory (vLLM's LLM shuts its EngineCore
+    down as it goes out of scope, before the result is written): those samples
+    are teardown, not steady state, however many more of them there are."""
+    rows = run_all(
+        tmp_path,
+        [
+            synthetic("zero", mem_mb=0, procs=2, hold_s=0.5),
+            synthetic("lingers", mem_mb=256, procs=2, hold_s=0.5, teardown_s=2.0),
+        ],
+    )
+    zero, lingers = rows["zero"], rows["lingers"]
+    assert zero["status"] == lingers["status"] == "ok"
+    delta = lingers["rss_anon_steady_mb"] - zero["rss_anon_steady_mb"]
+    assert abs(delta - 256) <= 0.01 * 256, delta
+    assert lingers["numa_steady_missing"] == 0 and lingers["memory_binding_verified"]
+
+
 def test_hang_times_out_and_nothing_survives(tmp_path):
     rows = run_all(tmp_path, [synthetic("stuck", hang=True, daemonize=True, procs=2)], timeout_s=5)
     row = rows["stuck"]
