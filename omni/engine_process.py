@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from omni.engines.protocol import PHASE_PREFIX
-from omni.engines.vllm import COMPILE_MARKERS
+from omni.engines.vllm import COMPILE_MARKERS, FALLBACK_MARKERS
 from omni.placement import numactl_path, pin_argv
 from omni.plan import PlanItem
 from omni.progress import BOARD
@@ -57,7 +57,8 @@ def engine_env(item: PlanItem) -> dict[str, str]:
 
 class LogReader(threading.Thread):
     """Copies the engine's output to its log file, keeps the tail, relays
-    phases, and keeps the lines that say how a compiled start got its graph."""
+    phases, and keeps the lines that say how a compiled start got its graph
+    and which kernels fell back to slower ones."""
 
     def __init__(self, stream, log_path: Path, sampler: TreeSampler, run_id: str = "") -> None:
         super().__init__(name="engine-log", daemon=True)
@@ -65,6 +66,7 @@ class LogReader(threading.Thread):
         self.tail: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
         self.write_error: OSError | None = None  # the log file could not be written (a full disk)
         self.compile_lines: list[str] = []  # COMPILE_MARKERS seen, however long the log
+        self.fallback_lines: list[str] = []  # FALLBACK_MARKERS seen, likewise
 
     def run(self) -> None:
         log = self._open()
@@ -77,6 +79,8 @@ class LogReader(threading.Thread):
             self.tail.append(line)
             if any(marker in line for marker in COMPILE_MARKERS.values()):
                 self.compile_lines.append(line)
+            if any(marker in line for marker in FALLBACK_MARKERS):
+                self.fallback_lines.append(line)
             if log is not None:
                 try:
                     log.write(line + "\n")

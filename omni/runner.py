@@ -25,7 +25,7 @@ from omni.engine_process import (
     engine_env,
     failure_reason,
 )
-from omni.engines.vllm import compile_cache_state
+from omni.engines.vllm import compile_cache_state, fallback_notes
 from omni.errors import naming
 from omni.heads import DENSE_HEAD, HEAD_UNCHECKED, check_head
 from omni.iterations import partial_step_counts, run_metrics
@@ -201,6 +201,9 @@ def kv_rules(row: dict) -> list[tuple[str, str]]:
     return [("kv_overprovisioned", f"kv_overprovisioned: {why}")] if why else []
 
 
+KERNEL_FALLBACK = "kernel_fallback"
+
+
 def warn(row: dict, rule: str, message: str) -> None:
     row["warnings"].append(message)
     row["warning_rules"].append(rule)
@@ -323,6 +326,13 @@ def fill_metrics(row: dict, proc: EngineProcess, result: dict) -> None:
     row["patch_report"] = result.get("patch_report")
     if row["engine"] == "vllm":
         row["compile_cache"] = compile_cache_state(proc.reader.compile_lines)
+    for note in fallback_notes(proc.reader.fallback_lines):
+        warn(
+            row,
+            KERNEL_FALLBACK,
+            f"kernel_fallback: the engine said '{note[:300]}': its figures are the fallback path's, "
+            "not those of the kernel it meant to use on this CPU (engine.log has the line)",
+        )
     row["engine_config"] = result.get("config")
     row["engine_perf"] = result.get("perf")
     merge_engine_provenance(row, result.get("provenance", {}))

@@ -57,6 +57,7 @@ ROW_RULES = (
     "numa_not_steady",
     "interference",
     "repeat_faster",
+    "kernel_fallback",
 )
 
 

@@ -135,6 +135,25 @@ def test_compile_cache_state_is_read_from_vllms_own_log_lines():
     assert compile_cache_state(["INFO init engine took 59.12 s"]) is None  # eager: nothing said
 
 
+def test_a_kernel_fallback_vllm_logs_is_kept_by_the_log_reader_and_named_once(tmp_path):
+    import io
+
+    from omni.engine_process import LogReader
+    from omni.engines.vllm import fallback_notes
+
+    # as vLLM 0.32 wrote it loading Llama-3.2-1B's shape on a Zen 5 guest without AMX
+    said = (
+        "Failed to create oneDNN linear, fallback to torch linear. Exception: could not create a primitive "
+        "descriptor for the matmul primitive."
+    )
+    log = f"(Worker pid=30536) WARNING 12-02 07:33:24 [utils.py:597] {said}\nINFO init engine took 0.14 s\n"
+    reader = LogReader(io.BytesIO((log + log).encode()), tmp_path / "engine.log", sampler=None)
+    reader.run()
+    assert len(reader.fallback_lines) == 2 and fallback_notes(reader.fallback_lines) == [said]
+    assert (tmp_path / "engine.log").read_text() == log + log  # the log itself is untouched
+    assert fallback_notes(["INFO CPU unquantized GEMM dispatch: using oneDNN onednn_mm"]) == []
+
+
 def test_when_imported_patches_a_module_only_once_it_loads():
     import sys
 
