@@ -51,7 +51,7 @@ COMPILE_MARKERS = {
 # Lines in which vLLM says a kernel it chose could not be built on this CPU and
 # it went on with a slower one: a run that printed one measured the fallback
 # (vLLM 0.32 on a Zen 5 guest without AMX: every bf16 linear layer on torch's
-# own matmul, its 1B prefill at a fifth of llama.cpp's on the same cores)
+# own matmul: a 2048-token 1B prefill took 278 s, llama.cpp bf16's 47 s)
 FALLBACK_MARKERS = ("Failed to create oneDNN linear, fallback to torch linear",)
 
 
