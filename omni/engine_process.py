@@ -225,12 +225,12 @@ class EngineProcess:
         try:
             self.sampler.stop()
             pids = self.sampler.tree_pids() - {self.proc.pid}
-            if self.proc.poll() is not None:
-                # the front ended by itself: its children may be a moment behind
-                # it (vLLM's EngineCore, multiprocessing's resource tracker), and
-                # one that exits on its own was not left behind
-                wait_for_exit(self.run_id, pids, EXIT_GRACE_S)
-            self.leftovers = {p for p in reap_run(self.run_id, pids | {self.proc.pid})}
+            # the front ended by itself: its children may be a moment behind it
+            # (vLLM's EngineCore, multiprocessing's resource tracker), and one
+            # that exits on its own was not left behind; when none is left
+            # there is nothing to reap
+            gone = self.proc.poll() is not None and wait_for_exit(self.run_id, pids, EXIT_GRACE_S)
+            self.leftovers = set() if gone else reap_run(self.run_id, pids | {self.proc.pid})
             self.proc.wait()
             self.leftovers.discard(self.proc.pid)
             self.reader.join(timeout=5)

@@ -59,12 +59,17 @@ def _alive(pid: int) -> bool:
     return stat[stat.rindex(b")") + 2 : stat.rindex(b")") + 3] != b"Z"
 
 
+def live_run_processes(run_id: str, known, var: str = RUN_ID_VAR) -> set[int]:
+    """The run's processes still alive: those of ``known`` and any carrying its id."""
+    return {p for p in known if _alive(p)} | find_run_processes(run_id, var)
+
+
 def wait_for_exit(run_id: str, known: set[int], timeout_s: float, var: str = RUN_ID_VAR) -> bool:
     """Wait up to ``timeout_s`` for the run's processes to end on their own;
     ``True`` when none is left."""
     deadline = time.monotonic() + timeout_s
     while True:
-        if not any(_alive(p) for p in known) and not find_run_processes(run_id, var):
+        if not live_run_processes(run_id, known, var):
             return True
         if time.monotonic() >= deadline:
             return False
@@ -79,7 +84,7 @@ def reap_run(
     Repeats the environment scan until none is left (a dying parent may
     fork one last time) or ``limit_s`` passes; returns the pids it signalled.
     """
-    targets = {p for p in known if _alive(p)} | find_run_processes(run_id, var)
+    targets = live_run_processes(run_id, known, var)
     signalled = set(targets)
     _signal_all(targets, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
@@ -87,7 +92,7 @@ def reap_run(
         time.sleep(0.05)
     stop = time.monotonic() + limit_s
     while time.monotonic() < stop:
-        targets = {p for p in targets if _alive(p)} | find_run_processes(run_id, var)
+        targets = live_run_processes(run_id, targets, var)
         if not targets:
             break
         signalled |= targets
