@@ -370,7 +370,7 @@ class SlotRequest(SpecModel):
 # stored run had (omni.engines.vllm.batched_tokens).
 LATE_ARM_FIELDS = ("profile", "prompt_seed")
 LATE_PARAMS = {
-    "synthetic": ("prefix_cache", "short_iteration", "prefill_chunk_tokens"),
+    "synthetic": ("prefix_cache", "short_iteration", "prefill_chunk_tokens", "teardown_s"),
     "vllm": ("max_num_batched_tokens",),
 }
 
