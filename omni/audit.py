@@ -18,7 +18,7 @@ tests. Pure: lists in, frozen dataclasses out.
 
 The arm's ``prompt_seed`` gives the third audit, across runs: the same arm on
 other prompts must come out within noise of itself: a verdict between arms,
-which :func:`omni.summary.prompt_audit` checks (arms/audit.yaml).
+which :func:`omni.controls.prompt_audit` checks (arms/audit.yaml).
 """
 
 from __future__ import annotations

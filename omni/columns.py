@@ -2,30 +2,20 @@
 
 Each run row column has a type, a unit, a meaning and a group (:data:`COLUMNS`);
 metrics say which direction is better, so statistics never hard-code it.
-:func:`schema` is the Arrow schema they make, :func:`validate_row` checks and
-coerces a row against it before it is written, and ``SCHEMA_VERSION`` is
-stamped on every row so older files can be read through an upgrade per bump
-(:func:`omni.store.upgrade_table`). The side tables (one row per timed
-iteration, one per profiled op) are declared here too.
+:func:`schema` is the Arrow schema they make
+(:func:`omni.row_check.validate_row` checks and coerces a row against it before
+it is written), and ``SCHEMA_VERSION`` is stamped on every row so older files
+can be read through an upgrade per bump (:func:`omni.store.upgrade_table`).
+The side tables' schemas are in :mod:`omni.side_tables`.
 """
 
 from __future__ import annotations
 
-import difflib
 import functools
-import json
-import math
-import numbers
-import sys
-from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import Any, Literal, NoReturn
+from typing import Literal
 
-import numpy as np
 import pyarrow as pa
-
-from omni.errors import OmniError
 
 SCHEMA_VERSION = 10
 
@@ -555,185 +545,3 @@ def file_schema() -> pa.Schema:
     would carry 20 KB of the registry's text in its footer, and readers take
     them from the registry anyway (:func:`omni.store.upgrade_table`)."""
     return pa.schema([pa.field(f.name, f.type) for f in schema()], metadata=schema().metadata)
-
-
-# ------------------------------------------------------- iterations and ops
-
-# Side tables, one file per run in results/<kind>/sweep=<id>/<run_id>.parquet,
-# written just before the run's own row (the run row is the commit: a side
-# file without one is a run that never finished storing).
-# iterations: one row per timed iteration of a run.
-ITERATION_SCHEMA = pa.schema(
-    [
-        ("run_id", _STR),
-        ("sweep_id", _STR),
-        ("arm", _STR),
-        ("pass_index", _I32),
-        ("iteration", _I32),
-        ("ttft_ms", _F64),
-        ("prefill_tok_s", _F64),
-        ("decode_tok_s", _F64),
-        ("e2e_s", _F64),
-        ("tpot_ms", _F64),
-        ("steps", _I32),
-        ("itl_p50_ms", _F64),
-        ("itl_p90_ms", _F64),
-        ("itl_p99_ms", _F64),
-        ("step_ms", pa.list_(_F64)),
-        ("tokens", pa.list_(_I32)),  # generated per sequence, as the engine counted (v7; null before)
-        # v10, null before: per request (sequence, in prompt order) its first token, its TPOT (null for
-        # one token) and its last token; every token's time per request (ms from the iteration's start);
-        # tokens delivered by each engine step; steps short of a sequence not yet done; none of those
-        ("req_ttft_ms", pa.list_(_F64)),
-        ("req_tpot_ms", pa.list_(_F64)),
-        ("req_e2e_ms", pa.list_(_F64)),
-        ("token_ms", pa.list_(pa.list_(_F64))),
-        ("step_tokens", pa.list_(_I32)),
-        ("partial_steps", _I32),
-        ("lock_step", _BOOL),
-    ]
-)
-# ops: one row per (profiled run, engine step, op, input shapes and types), omni.ops.
-OPS_SCHEMA = pa.schema(
-    [
-        ("run_id", _STR),
-        ("sweep_id", _STR),
-        ("arm", _STR),
-        ("pass_index", _I32),
-        ("step", _I32),
-        ("step_kind", _STR),
-        ("step_ms", _F64),
-        ("op", _STR),
-        ("shapes", _STR),
-        ("dtypes", _STR),
-        ("calls", _I32),
-        ("self_ms", _F64),
-        ("method", _STR),
-        ("distorting", _BOOL),
-    ]
-)
-SIDE_TABLES = {"iterations": ITERATION_SCHEMA, "ops": OPS_SCHEMA}
-
-
-# ----------------------------------------------------------------- validation
-
-
-def validate_row(row: Mapping[str, Any]) -> dict[str, Any]:
-    """Check a run row against the registry; return it complete and coerced.
-
-    Unknown keys are rejected with the nearest known name; missing columns
-    become None; ``schema_version`` is set. ``NaN``, ``pd.NA`` and ``NaT``
-    count as missing, so a row read back with :func:`omni.store.load_runs` validates.
-    """
-    for key in row:
-        if key not in COLUMNS_BY_NAME:
-            raise OmniError(f"unknown result column {key!r}{_suggest(key)}")
-    clean = {col.name: _coerce(col, row.get(col.name)) for col in COLUMNS}
-    clean["schema_version"] = SCHEMA_VERSION
-    for name in REQUIRED:
-        if clean[name] is None:
-            raise OmniError(f"result row has no {name!r}: every run row needs {', '.join(REQUIRED)}")
-    return clean
-
-
-def _suggest(key: str) -> str:
-    close = difflib.get_close_matches(key, COLUMNS_BY_NAME, n=1)
-    if close:
-        return f"; did you mean {close[0]!r}?"
-    return "; the known columns are listed in omni.columns.COLUMNS"
-
-
-def _is_missing(value: Any) -> bool:
-    # pandas is imported only by readers (a run's writer stays light): if it
-    # is not loaded (or still loading, in another thread), no value is pd.NA or pd.NaT
-    pd = sys.modules.get("pandas")
-    if value is None or any(value is getattr(pd, name, None) for name in ("NA", "NaT") if pd is not None):
-        return True
-    return isinstance(value, (float, np.floating)) and math.isnan(value)
-
-
-def _coerce(col: Column, value: Any) -> Any:
-    if _is_missing(value):
-        return None
-    kind = col.type
-    if pa.types.is_string(kind):
-        value = _to_json(col, value) if col.is_json else _to_str(col, value)
-        if col.choices and value not in col.choices:
-            _reject(col, value, f"one of {', '.join(col.choices)}")
-        return value
-    if pa.types.is_list(kind):
-        return _to_list(col, value)
-    if pa.types.is_timestamp(kind):
-        return _to_time(col, value)
-    return _to_scalar(col, kind, value)
-
-
-def _to_scalar(col: Column, kind: pa.DataType, value: Any) -> Any:
-    if pa.types.is_boolean(kind):
-        if isinstance(value, (bool, np.bool_)):
-            return bool(value)
-        _reject(col, value, "a bool")
-    is_bool = isinstance(value, (bool, np.bool_))
-    if pa.types.is_integer(kind):
-        if isinstance(value, numbers.Integral) and not is_bool:
-            return _in_range(col, kind, int(value))
-        _reject(col, value, f"an integer ({kind})")
-    if isinstance(value, numbers.Real) and not is_bool and math.isfinite(value):
-        return float(value)
-    _reject(col, value, "a finite number (use None for a missing value)")
-
-
-def _in_range(col: Column, kind: pa.DataType, value: int) -> int:
-    limit = 2 ** (kind.bit_width - 1)
-    if not -limit <= value < limit:
-        _reject(col, value, f"an integer that fits {kind}")
-    return value
-
-
-def _to_str(col: Column, value: Any) -> str:
-    if not isinstance(value, str):
-        _reject(col, value, "a string")
-    return value
-
-
-def _to_json(col: Column, value: Any) -> str:
-    if isinstance(value, str):
-        try:
-            json.loads(value)
-        except ValueError:
-            _reject(col, value, "a JSON string (or a dict/list to be dumped)")
-        return value
-    try:
-        return json.dumps(value, sort_keys=True)
-    except (TypeError, ValueError):
-        _reject(col, value, "JSON-serialisable (dict, list, str, numbers)")
-
-
-def _to_list(col: Column, value: Any) -> list:
-    if not isinstance(value, (list, tuple, set, frozenset, range, np.ndarray)):
-        _reject(col, value, f"a list ({col.type})")
-    # Sets carry no order; sort them so equal sets store equal lists.
-    items = sorted(value) if isinstance(value, (set, frozenset)) else list(value)
-    item_type = col.type.value_type
-    if pa.types.is_string(item_type):
-        if not all(isinstance(item, str) for item in items):
-            _reject(col, value, "a list of strings")
-        return items
-    if not all(isinstance(i, numbers.Integral) and not isinstance(i, (bool, np.bool_)) for i in items):
-        _reject(col, value, "a list of integers")
-    return [_in_range(col, item_type, int(item)) for item in items]
-
-
-def _to_time(col: Column, value: Any) -> datetime:
-    if not isinstance(value, datetime):
-        _reject(col, value, "a datetime")
-    if value.tzinfo is None or value.utcoffset() is None:
-        _reject(col, value, "a timezone-aware datetime (e.g. datetime.now(timezone.utc))")
-    return value.astimezone(UTC)
-
-
-def _reject(col: Column, value: Any, expected: str) -> NoReturn:
-    shown = repr(value)
-    if len(shown) > 80:
-        shown = shown[:77] + "..."
-    raise OmniError(f"result column {col.name!r}: {shown} ({type(value).__name__}) is not {expected}")

@@ -12,9 +12,10 @@ from pathlib import Path
 
 from omni import units
 from omni.compare import Change, SweepComparison
+from omni.controls import untrusted
 from omni.objstore import ResultsPath, results_root
 from omni.stats import ALPHA, MIN_INTERVAL_RUNS, PRIMARY_SHARE, min_max_coverage
-from omni.summary import Judged, SweepSummary, untrusted
+from omni.summary import Judged, SweepSummary
 
 VERDICT_COLORS = {"better": "#1a7f37", "worse": "#cf222e", "equivalent": "#57606a", "inconclusive": "#bf8700"}
 

@@ -15,6 +15,7 @@ import io
 import json
 
 from omni.columns import COLUMNS_BY_NAME
+from omni.controls import untrusted
 from omni.report import (
     VERDICT_COLORS,
     arm_label,
@@ -27,7 +28,7 @@ from omni.report import (
     verdict_text,
 )
 from omni.stats import MIN_INTERVAL_RUNS
-from omni.summary import SweepSummary, untrusted
+from omni.summary import SweepSummary
 
 WIDTH_IN = 8.5  # inches at 96 dpi: about 820 px, the page's column
 # ratios a person reads at a glance, symmetric on a log axis (x0.8 and x1.25)

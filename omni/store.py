@@ -25,18 +25,11 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from omni.columns import (
-    COLUMNS,
-    COLUMNS_BY_NAME,
-    SCHEMA_VERSION,
-    SIDE_TABLES,
-    Column,
-    file_schema,
-    schema,
-    validate_row,
-)
+from omni.columns import COLUMNS, COLUMNS_BY_NAME, SCHEMA_VERSION, Column, file_schema, schema
 from omni.errors import OmniError, naming
 from omni.objstore import ResultsPath, S3Path, arrow_source, results_root
+from omni.row_check import validate_row
+from omni.side_tables import SIDE_TABLES
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -127,7 +120,7 @@ def read_parquet(path: ResultsPath, **options: Any) -> pa.Table:
 
 # ------------------------------------------------------- iterations and ops
 
-# Side tables (omni.columns.SIDE_TABLES), one file per run in
+# Side tables (omni.side_tables.SIDE_TABLES), one file per run in
 # results/<kind>/sweep=<id>/<run_id>.parquet, written just before the run's own
 # row (the run row is the commit: a side file without one is a run that never
 # finished storing).

@@ -5,7 +5,8 @@ import subprocess
 import sys
 import time
 
-from omni.sampler import TreeSampler, descendants, parent_map, summarize_interference
+from omni.procfs import descendants, parent_map
+from omni.sampler import TreeSampler, summarize_interference
 
 CHILD = [sys.executable, "-m", "omni.engines.synthetic", "--child"]
 

@@ -135,7 +135,7 @@ def test_files_from_before_the_audits_read_with_them_unknown(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from omni import columns
+    from omni import side_tables
 
     runs, its = (tmp_path / kind / "sweep=s6" for kind in ("runs", "iterations"))
     for folder in (runs, its):
@@ -153,7 +153,7 @@ def test_files_from_before_the_audits_read_with_them_unknown(tmp_path):
         ),
         runs / "r6.parquet",
     )
-    old_schema = pa.schema([f for f in columns.ITERATION_SCHEMA if f.name != "tokens"])
+    old_schema = pa.schema([f for f in side_tables.ITERATION_SCHEMA if f.name != "tokens"])
     pq.write_table(
         pa.Table.from_pylist([{"run_id": "r6", "sweep_id": "s6", "iteration": 0, "ttft_ms": 5.0}], schema=old_schema),
         its / "r6.parquet",

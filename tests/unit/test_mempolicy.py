@@ -10,7 +10,8 @@ import pytest
 
 from omni.mempolicy import local_fraction, node_list, parse_numa_maps, parse_policy, policy_of_thread
 from omni.placement import verify_binding
-from omni.sampler import NumaSeen, ProcessSeen, TreeSampler, read_status
+from omni.procfs import read_status
+from omni.sampler import NumaSeen, ProcessSeen, TreeSampler
 from omni.topology import Slot, parse_cpulist
 
 GUEST = Path(__file__).parents[1] / "fixtures" / "numa_guest"

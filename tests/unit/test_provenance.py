@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import omni
-from omni import columns, provenance
+from omni import provenance, row_check
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 
@@ -74,7 +74,7 @@ def test_numa_two_sockets(tmp_path):
     meta: dict = {}
     provenance.collect_numa(meta, root=tmp_path)
     assert meta == {"numa_nodes": 2, "numa_topology": {"0": [0, 1, 2, 3], "1": [4, 5, 6, 7]}}
-    row = columns.validate_row({"run_id": "r", "sweep_id": "s", "status": "ok"} | meta)
+    row = row_check.validate_row({"run_id": "r", "sweep_id": "s", "status": "ok"} | meta)
     assert json.loads(row["numa_topology"]) == meta["numa_topology"]
 
 
@@ -218,7 +218,7 @@ def test_host_provenance_on_this_machine_validates():
     meta = provenance.collect_host_provenance(environ={"OMP_NUM_THREADS": "2"})
     assert meta["harness_version"] == omni.__version__
     assert meta["env_vars"] == {"OMP_NUM_THREADS": "2"}
-    row = columns.validate_row({"run_id": "r", "sweep_id": "s", "status": "ok"} | meta)
+    row = row_check.validate_row({"run_id": "r", "sweep_id": "s", "status": "ok"} | meta)
     assert row["python_version"] == meta["python_version"]
 
 
@@ -238,7 +238,7 @@ def test_host_provenance_on_canned_root(tmp_path, cpuinfo):
     meta = provenance.collect_host_provenance(root=root, environ={})
     assert meta["numa_nodes"] == 2
     assert meta["cpu_model"] in (FIXTURES / cpuinfo).read_text()
-    columns.validate_row({"run_id": "r", "sweep_id": "s", "status": "ok"} | meta)
+    row_check.validate_row({"run_id": "r", "sweep_id": "s", "status": "ok"} | meta)
 
 
 def test_engine_freeze_hash_leaves_omni_out_and_moves_with_the_engine(tmp_path):

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet  # noqa: F401 - pa.parquet
 import pytest
 
-from omni import columns, compaction, store
+from omni import columns, compaction, row_check, store
 from omni.errors import OmniError
 from tests.rows import T0, full_row, store_full_rows
 
@@ -52,14 +52,14 @@ def test_schema_carries_units_meanings_and_directions():
 
 
 def test_validate_fills_missing_columns_and_sets_version():
-    row = columns.validate_row({"run_id": "r", "sweep_id": "s", "status": "failed"})
+    row = row_check.validate_row({"run_id": "r", "sweep_id": "s", "status": "failed"})
     assert list(row) == [c.name for c in columns.COLUMNS]
     assert row["schema_version"] == columns.SCHEMA_VERSION
     assert row["decode_tok_s"] is None
 
 
 def test_validate_dumps_json_columns_with_sorted_keys():
-    row = columns.validate_row(full_row() | {"env_vars": {"b": "1", "a": "2"}})
+    row = row_check.validate_row(full_row() | {"env_vars": {"b": "1", "a": "2"}})
     assert row["env_vars"] == '{"a": "2", "b": "1"}'
     assert row["command"] == '["numactl", "--physcpubind=0-1", "python"]'
     assert row["arm_json"] == '{"name":"kv-4g"}'  # strings are kept as given
@@ -67,7 +67,7 @@ def test_validate_dumps_json_columns_with_sorted_keys():
 
 def test_unknown_column_is_rejected_with_suggestion():
     with pytest.raises(OmniError, match=r"'decode_toks'.*did you mean 'decode_tok_s'"):
-        columns.validate_row(full_row() | {"decode_toks": 1.0})
+        row_check.validate_row(full_row() | {"decode_toks": 1.0})
 
 
 @pytest.mark.parametrize(
@@ -92,17 +92,17 @@ def test_unknown_column_is_rejected_with_suggestion():
 )
 def test_wrong_type_is_rejected_naming_column_and_value(column, value, expected):
     with pytest.raises(OmniError, match=rf"'{column}'.*{expected}"):
-        columns.validate_row(full_row() | {column: value})
+        row_check.validate_row(full_row() | {column: value})
 
 
 @pytest.mark.parametrize("status", ["OK", "crashed", None])
 def test_bad_status_is_rejected(status):
     with pytest.raises(OmniError, match="status"):
-        columns.validate_row(full_row() | {"status": status})
+        row_check.validate_row(full_row() | {"status": status})
 
 
 def test_nan_counts_as_missing():
-    assert columns.validate_row(full_row() | {"ttft_ms": float("nan")})["ttft_ms"] is None
+    assert row_check.validate_row(full_row() | {"ttft_ms": float("nan")})["ttft_ms"] is None
 
 
 # ------------------------------------------------------------------ writing
@@ -169,7 +169,7 @@ def test_loaded_row_validates_again(tmp_path):
     # Rows read back (NaN, pd.NA, numpy arrays, Timestamps) are valid input.
     store.write_run(tmp_path, full_row())
     row = store.load_runs(tmp_path).iloc[0].to_dict()
-    again = columns.validate_row(row | {"run_id": "r0002"})
+    again = row_check.validate_row(row | {"run_id": "r0002"})
     assert again["cpus"] == [0, 1] and again["slot_index"] is None
     store.write_run(tmp_path, again)
     assert len(store.load_runs(tmp_path)) == 2
