@@ -20,6 +20,12 @@ from omni.reaper import find_run_processes
 from tests.conftest import REPO
 
 
+def start_logged(argv: list[str], env: dict, log: Path, mode: str) -> subprocess.Popen:
+    """``argv`` from the checkout in its own session, stdout and stderr to ``log``."""
+    with log.open(mode) as sink:  # the child keeps its own descriptor
+        return subprocess.Popen(argv, cwd=REPO, env=env, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
+
+
 @pytest.fixture(scope="module")
 def running_stack():
     """(Prefect API URL, S3 settings) of the stack .ci/run started, or of one
@@ -61,15 +67,7 @@ def worker(prefect_api):
     """scripts/worker.sh: the pool, prefect.yaml's deployments, a worker serving the pool."""
     log = Path(os.environ.get("TMPDIR", "/tmp")) / f"omni-worker-{uuid.uuid4().hex[:8]}.log"
     env = {**os.environ, "PREFECT_API_URL": prefect_api}
-    with log.open("wb") as sink:  # the child keeps its own descriptor
-        proc = subprocess.Popen(
-            [str(REPO / "scripts" / "worker.sh")],
-            cwd=REPO,
-            env=env,
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+    proc = start_logged([str(REPO / "scripts" / "worker.sh")], env, log, "wb")
     deadline = time.monotonic() + 120
     while prefect(prefect_api, "deployment", "inspect", "sweep/nightly").returncode != 0:
         assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
@@ -115,15 +113,7 @@ class Host:
         args = ["worker", "--host", self.name, "--lock-dir", str(self.base / f"locks-{self.name}"), "--heartbeat", "2"]
         args += ["--sysfs-root", str(self.sysfs)] if self.sysfs else []
         env = {**os.environ, **FAST, "PREFECT_API_URL": self.url}
-        with self.log.open("ab") as sink:
-            self.proc = subprocess.Popen(
-                [str(REPO / ".venv" / "bin" / "omni"), *args],
-                cwd=REPO,
-                env=env,
-                stdout=sink,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+        self.proc = start_logged([str(REPO / ".venv" / "bin" / "omni"), *args], env, self.log, "ab")
         deadline = time.monotonic() + 120
         while not self.alive():
             assert self.proc.poll() is None and time.monotonic() < deadline, self.log.read_text()[-3000:]
