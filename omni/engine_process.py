@@ -20,6 +20,7 @@ import threading
 import time
 from pathlib import Path
 
+from omni.engines.llamacpp import BUFFER_MARKER
 from omni.engines.protocol import PHASE_PREFIX
 from omni.engines.vllm import COMPILE_MARKERS, FALLBACK_MARKERS
 from omni.placement import numactl_path, pin_argv
@@ -58,7 +59,7 @@ def engine_env(item: PlanItem) -> dict[str, str]:
 class LogReader(threading.Thread):
     """Copies the engine's output to its log file, keeps the tail, relays
     phases, and keeps the lines that say how a compiled start got its graph
-    and which kernels fell back to slower ones."""
+    which kernels fell back to slower ones, and where llama.cpp put the weights."""
 
     def __init__(self, stream, log_path: Path, sampler: TreeSampler, run_id: str = "") -> None:
         super().__init__(name="engine-log", daemon=True)
@@ -67,6 +68,7 @@ class LogReader(threading.Thread):
         self.write_error: OSError | None = None  # the log file could not be written (a full disk)
         self.compile_lines: list[str] = []  # COMPILE_MARKERS seen, however long the log
         self.fallback_lines: list[str] = []  # FALLBACK_MARKERS seen, likewise
+        self.buffer_lines: list[str] = []  # llama.cpp's weight buffers (BUFFER_MARKER), likewise
 
     def run(self) -> None:
         log = self._open()
@@ -81,6 +83,8 @@ class LogReader(threading.Thread):
                 self.compile_lines.append(line)
             if any(marker in line for marker in FALLBACK_MARKERS):
                 self.fallback_lines.append(line)
+            if BUFFER_MARKER in line:
+                self.buffer_lines.append(line)
             if log is not None:
                 try:
                     log.write(line + "\n")

@@ -25,6 +25,7 @@ from omni.engine_process import (
     engine_env,
     failure_reason,
 )
+from omni.engines.llamacpp import crash_hint, weight_buffers
 from omni.engines.vllm import compile_cache_state, fallback_notes
 from omni.errors import naming
 from omni.heads import DENSE_HEAD, HEAD_UNCHECKED, check_head
@@ -281,6 +282,8 @@ def fill_outcome(row: dict, proc: EngineProcess, finished_in_time: bool, timeout
     elif proc.proc.returncode != 0:
         reason = failure_reason(list(proc.reader.tail))
         row.update(status="failed", error=f"{describe_exit(proc.proc.returncode)}: {reason}".rstrip(": "))
+        if hint := crash_hint(proc.proc.returncode, proc.reader.buffer_lines):
+            row["error"] += f"; {hint}"
     elif result is None:
         row.update(status="failed", error=f"engine exited 0 but wrote no valid JSON to {workdir / 'result.json'}")
     else:
@@ -334,6 +337,8 @@ def fill_metrics(row: dict, proc: EngineProcess, result: dict) -> None:
             "not those of the kernel it meant to use on this CPU (engine.log has the line)",
         )
     row["engine_config"] = result.get("config")
+    if row["engine"] == "llamacpp" and row["engine_config"] is not None:
+        row["engine_config"]["weight_buffers"] = weight_buffers(proc.reader.buffer_lines)
     row["engine_perf"] = result.get("perf")
     merge_engine_provenance(row, result.get("provenance", {}))
     if row.get("profiled") and row["status"] == "ok":

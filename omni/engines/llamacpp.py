@@ -12,13 +12,18 @@ graph node of ``profile.steps`` steps through ggml's eval callback
 (:class:`NodeTimer`).
 
 With ``mmap: true`` the weights are file-backed pages, not RssAnon: the row
-records the mode and memory must not be compared across modes.
+records the mode and memory must not be compared across modes. ``repack``
+(on, as llama.cpp's default) lets llama.cpp repack quantized weights for its
+AMX or interleaved kernels; the row's ``engine_config.weight_buffers`` says,
+from llama.cpp's own load lines, which buffers held them.
 """
 
 from __future__ import annotations
 
 import ctypes
 import json
+import re
+import signal
 import struct
 import time
 from dataclasses import dataclass
@@ -82,6 +87,41 @@ def set_load_mode(llama_cpp, mparams, mmap: bool) -> None:
         raise RuntimeError(f"llama_model_params has neither load_mode nor use_mmap: {sorted(fields)}")
 
 
+def set_repack(llama_cpp, mparams, repack: bool) -> None:
+    """llama.cpp's extra buffer types (AMX, CPU_REPACK) on or off, its
+    ``use_extra_bufts``; a llama.cpp without that field always repacks."""
+    if "use_extra_bufts" in {name for name, _ in type(mparams)._fields_}:
+        mparams.use_extra_bufts = repack
+    elif not repack:
+        raise RuntimeError("this llama.cpp has no use_extra_bufts: params.repack false cannot be applied")
+
+
+# llama.cpp's line per buffer type the weights were loaded into, e.g.
+# "load_tensors:          AMX model buffer size =   727.49 MiB": AMX and
+# CPU_REPACK hold repacked weights, CPU and CPU_Mapped the file's layout
+BUFFER_MARKER = " model buffer size = "
+BUFFER_LINE = re.compile(r"(\S+) model buffer size =\s+([\d.]+) MiB")
+AMX_CRASH = (
+    "llama.cpp had repacked weights for its AMX kernels, and this llama.cpp crashes in them on a quantized "
+    "GGUF (SIGSEGV in ggml_backend_amx_mul_mat, ggml-org/llama.cpp#20824): set params: {repack: false} to run "
+    "this arm on llama.cpp's plain CPU kernels (recorded in engine_config)"
+)
+
+
+def weight_buffers(lines) -> dict[str, float]:
+    """Buffer type -> MiB of weights, from llama.cpp's load lines (the engine's log)."""
+    return {m.group(1): float(m.group(2)) for line in lines if (m := BUFFER_LINE.search(line))}
+
+
+def crash_hint(returncode: int, lines) -> str | None:
+    """What to do about a llama.cpp engine that died of ``returncode`` (a
+    negative signal number) after logging ``lines`` (its buffer lines): the
+    AMX crash's way out, or None."""
+    if returncode == -signal.SIGSEGV and "AMX" in weight_buffers(lines):
+        return AMX_CRASH
+    return None
+
+
 @dataclass
 class Loaded:
     model: object
@@ -101,6 +141,7 @@ def load(path: Path, arm: dict) -> Loaded:
     llama_cpp.llama_backend_init()
     mparams = llama_cpp.llama_model_default_params()
     set_load_mode(llama_cpp, mparams, arm["params"]["mmap"])
+    set_repack(llama_cpp, mparams, arm["params"].get("repack", True))
     model = llama_cpp.llama_model_load_from_file(str(path).encode(), mparams)
     if not model:
         raise RuntimeError(f"llama.cpp could not load {path}")
@@ -414,7 +455,8 @@ def run(arm: dict) -> dict:
     load_s = time.perf_counter() - t0
     mark_phase("loaded")
     log(
-        f"loaded {path.name} in {load_s:.2f} s, n_ctx={lm.n_ctx}, threads={arm['threads_effective']}, mmap={params['mmap']}"
+        f"loaded {path.name} in {load_s:.2f} s, n_ctx={lm.n_ctx}, threads={arm['threads_effective']}, mmap={params['mmap']}, "
+        f"repack={params.get('repack', True)}"
     )
     seed = arm.get("prompt_seed", 0)
     # drawn before the first timed iteration, so no first sight waits on Python between iterations
@@ -453,6 +495,7 @@ def run(arm: dict) -> dict:
             "n_ctx": lm.n_ctx,
             "threads": arm["threads_effective"],
             "mmap": params["mmap"],
+            "repack": params.get("repack", True),
             "gguf": path.name,
             "prompt_seed": seed,
             "prompts_sha256": prompts_digest(prompts),

@@ -159,6 +159,14 @@ class LlamacppParams(SpecModel):
     # mmap on: weights are file-backed pages, not RssAnon; memory is then not
     # comparable with an arm that reads them into anonymous memory
     mmap: bool = False
+    # llama.cpp's weight repacking into its extra buffer types, as llama.cpp
+    # does by default (llama-cli's --no-repack turns it off): AMX tiles on a CPU
+    # with AMX, CPU_REPACK's interleaved layouts on AVX2/AVX-512, for the
+    # quantized types they have kernels for. The row's engine_config says which
+    # buffers held the weights (weight_buffers). This env's llama.cpp crashes
+    # (SIGSEGV in ggml_backend_amx_mul_mat) on a quantized GGUF it repacked for
+    # AMX: false runs such an arm on the plain CPU kernels
+    repack: bool = True
     warmup: int = Field(1, ge=0, le=10)
     iterations: int = Field(5, ge=1, le=100)  # timed generations per process: llama-bench's default -r 5
     hold_s: float = Field(0.5, ge=0)
@@ -367,11 +375,13 @@ class SlotRequest(SpecModel):
 # the prompts every run timed before it existed; the synthetic engine's
 # fault knobs change nothing while off; vLLM's max_num_batched_tokens unset
 # leaves vLLM's own budget wherever the batch's prefill fitted in it, as every
-# stored run had (omni.engines.vllm.batched_tokens).
+# stored run had (omni.engines.vllm.batched_tokens); llama.cpp's repack on is
+# what every llama.cpp run did before it could be turned off.
 LATE_ARM_FIELDS = ("profile", "prompt_seed")
 LATE_PARAMS = {
     "synthetic": ("prefix_cache", "short_iteration", "prefill_chunk_tokens", "teardown_s"),
     "vllm": ("max_num_batched_tokens",),
+    "llamacpp": ("repack",),
 }
 
 

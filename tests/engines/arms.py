@@ -103,7 +103,19 @@ HEAD_ARMS = [
     {**CLAIMED_INT4, "name": "ckpt-dense-head", "model": str(HEAD_CASES / "int4-dense-head")},
     {**CLAIMED_INT4, "name": "ckpt-int4-head", "model": str(HEAD_CASES / "int4-honest-head")},
     {k: v for k, v in LLAMA_PROFILED.items() if k not in PLAIN}
-    | {"name": "gguf-f16-head", "model": str(HEAD_CASES / "tiny-llama-q4_0-f16-output.gguf")},
+    | {
+        "name": "gguf-f16-head",
+        "model": str(HEAD_CASES / "tiny-llama-q4_0-f16-output.gguf"),
+        "params": {"repack": False},  # runs on a CPU with AMX too (LLAMA_Q4_ARMS)
+    },
+]
+
+# A q4_0 GGUF with llama.cpp's repacking on (its default) and off (test_engines):
+# on a CPU with AMX this llama.cpp crashes in the kernels it repacked for.
+LLAMA_Q4 = {k: v for k, v in LLAMA_PROFILED.items() if k not in PLAIN} | {"params": {"gguf": "q4_0", "iterations": 2}}
+LLAMA_Q4_ARMS = [
+    {**LLAMA_Q4, "name": "q4-repack"},
+    {**LLAMA_Q4, "name": "q4-plain", "params": {**LLAMA_Q4["params"], "repack": False}},
 ]
 
 
@@ -144,7 +156,8 @@ LONG_ARMS = [
 # The shared sweep's arms, and whose rows each is: test_vllm_plugin's KV and
 # memory tests (stock, kv, kv-release, tiny-kv), test_ops's profiled runs
 # (int4 and int4-mislabeled, their profiled pass only; llama, timed and profiled),
-# test_ops's head cases (HEAD_ARMS, timed only), test_lock_step's long prompts (LONG_ARMS).
+# test_ops's head cases (HEAD_ARMS, timed only), test_engines's llama.cpp repacking (LLAMA_Q4_ARMS),
+# test_lock_step's long prompts (LONG_ARMS).
 SHARED_ARMS = [
     {**INT4_ARM, "name": "stock"},
     {**INT4_ARM, "name": "kv", "patches": ["explicit_kv_cache_memory"]},
@@ -154,6 +167,7 @@ SHARED_ARMS = [
     {**VLLM_INT4, "name": "int4-mislabeled", "env": {"OMNI_FAULT_INT4_HEAD": "bf16"}},
     {**LLAMA_PROFILED, "name": "llama"},
     *HEAD_ARMS,
+    *LLAMA_Q4_ARMS,
     *LONG_ARMS,
 ]
 PROFILED_ONLY = {"int4", "int4-mislabeled"}  # their timed pass is no test's

@@ -170,3 +170,20 @@ def test_llamacpp_mmap_moves_weights_out_of_rss_anon(tmp_path):
     weights_mb = (TINY / "tiny-llama-bf16.gguf").stat().st_size / 2**20
     moved = rows["anon"]["rss_anon_steady_mb"] - rows["mapped"]["rss_anon_steady_mb"]
     assert 0.8 * weights_mb <= moved <= 1.2 * weights_mb, (moved, weights_mb)
+
+
+def test_llamacpp_repacking_is_an_arm_setting_and_its_amx_crash_names_the_way_out(eager_vllm):
+    """A q4_0 GGUF with llama.cpp's repacking on (its default) and off: the row
+    says which buffers held the weights; on a CPU with AMX this llama.cpp crashes
+    in the kernels it repacked for, and the failed row says how to run the arm."""
+    plain, repack = eager_vllm.row("q4-plain"), eager_vllm.row("q4-repack")
+    assert plain["status"] == "ok", plain.get("error")
+    config = json.loads(plain["engine_config"])
+    assert config["repack"] is False and config["weight_buffers"], config
+    assert not {"AMX", "CPU_REPACK"} & set(config["weight_buffers"]), config  # the file's layout only
+    if repack["status"] == "ok":
+        config = json.loads(repack["engine_config"])
+        assert config["repack"] is True and config["weight_buffers"], config
+    else:  # the AMX crash: the only way this arm fails
+        assert repack["error"].startswith("engine killed by SIGSEGV") and "repack: false" in repack["error"], repack
+        assert "amx_tile" in list(repack["cpu_flags"]), repack["cpu_flags"]

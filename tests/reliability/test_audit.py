@@ -54,6 +54,11 @@ def test_arms_from_before_prompt_seed_keep_their_hashes():
     other = Arm(name="a", engine="synthetic", prompt_seed=1)
     assert arm_hash(other) != arm_hash(plain) and '"prompt_seed":1' in canonical_arm_json(other)
     assert arm_hash(Arm(name="a", engine="synthetic", params={"prefix_cache": 0.5})) != arm_hash(plain)
+    before_digest = "1177492a41b687250d6529659dcfa8008caa3389fb36f1cbec9b8ff77d3cc5da"
+    llama = Arm(name="l", engine="llamacpp", model="tiny-llama", params={"iterations": 3, "repack": True})
+    assert arm_hash(llama) == before_digest  # llama.cpp's repacking on: what every stored run did
+    plain_llama = Arm(name="l", engine="llamacpp", model="tiny-llama", params={"iterations": 3, "repack": False})
+    assert arm_hash(plain_llama) != before_digest
 
 
 def test_warmup_prompts_are_never_the_timed_prompts_of_any_seed():
