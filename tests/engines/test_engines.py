@@ -178,11 +178,11 @@ def test_llamacpp_repacking_is_an_arm_setting_and_its_amx_crash_names_the_way_ou
     in the kernels it repacked for, and the failed row says how to run the arm."""
     plain, repack = eager_vllm.row("q4-plain"), eager_vllm.row("q4-repack")
     assert plain["status"] == "ok", plain.get("error")
-    config = json.loads(plain["engine_config"])
+    config = plain["engine_config"]  # run_and_store's row: the dict the runner filled
     assert config["repack"] is False and config["weight_buffers"], config
     assert not {"AMX", "CPU_REPACK"} & set(config["weight_buffers"]), config  # the file's layout only
     if repack["status"] == "ok":
-        config = json.loads(repack["engine_config"])
+        config = repack["engine_config"]
         assert config["repack"] is True and config["weight_buffers"], config
     else:  # the AMX crash: the only way this arm fails
         assert repack["error"].startswith("engine killed by SIGSEGV") and "repack: false" in repack["error"], repack
