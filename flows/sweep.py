@@ -25,6 +25,7 @@ from omni.report_html import html_report
 from omni.request import SweepRequest, request_parameters
 from omni.summary import summarize_sweep
 from omni.sweep import SKIPPED, prepare_sweep, take_over, write_manifest
+from omni.units import ratio_interval
 
 
 def publish_artifacts(sweep_id: str, results: str, outcomes: list[dict], failed: list[dict]) -> None:
@@ -89,7 +90,7 @@ def newest_regressions(results: str, sweep_name: str, sweep_id: str) -> list[Cha
 def regression_summary(regressions: list[Change]) -> str:
     lines = [f"{len(regressions)} regression(s) against the earlier sweeps of this spec:"]
     lines += [
-        f"- {c.arm} {c.metric}: x{c.ratio:.3f} [{c.ci_low:.3f}, {c.ci_high:.3f}] of the history; "
+        f"- {c.arm} {c.metric}: x{c.ratio:.3f} {ratio_interval(c.ci_low, c.ci_high)} of the history; "
         f"runs {', '.join(c.run_ids)}; history runs {', '.join(c.history_run_ids)}"
         for c in regressions
     ]

@@ -11,6 +11,8 @@ import json
 
 import pandas as pd
 
+from omni.units import ratio_interval
+
 
 def control_of(spec, arms: list[str]) -> str | None:
     """The A/A control arm of the sweep's spec copy, when it has runs."""
@@ -49,7 +51,7 @@ def control_failures(judged: dict, control: str, baseline: str, metrics: list[st
         c = j.comparison if j else None
         if c is None or c.verdict not in ("better", "worse"):
             continue
-        seen = f"x{c.ratio:.3f} [{c.ci_low:.3f}, {c.ci_high:.3f}]"
+        seen = f"x{c.ratio:.3f} {ratio_interval(c.ci_low, c.ci_high)}"
         if c.below_min_effect:
             out[metric] = (
                 f"the A/A control {control} differs from {baseline} by {seen}, {INSIDE_MIN_EFFECT} "
@@ -99,7 +101,7 @@ def prompt_audit(judged: dict, replicas: list[str], baseline: str | None, metric
             if c is not None and c.verdict in ("better", "worse") and beyond(c):
                 out.append(
                     f"prompt_seed audit failed: {arm}, the baseline {baseline} on other prompts, came out "
-                    f"{c.verdict} on {metric}: x{c.ratio:.3f} [{c.ci_low:.3f}, {c.ci_high:.3f}] beyond "
+                    f"{c.verdict} on {metric}: x{c.ratio:.3f} {ratio_interval(c.ci_low, c.ci_high)} beyond "
                     f"min_effect {c.min_effect:.0%}"
                 )
     return out

@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from omni.topology import format_cpulist, physical_cores
-from omni.units import metric_quantity, number, quantity
+from omni.units import metric_quantity, number, quantity, ratio_interval
 
 __all__ = ["number", "quantity"]  # the one formatter of numbers, for callers of render
 
@@ -314,7 +314,7 @@ def op_verdicts(base: str, other: str, comparisons: Sequence, min_effect: float,
         if j is None:
             rows.append([c.op, *ms, "-", "-", f"only in {other if c.base_ms is None else base}"])
             continue
-        interval = f"[{j.ci_low:.3f}, {j.ci_high:.3f}]" if j.ci_low is not None else "-"
+        interval = ratio_interval(j.ci_low, j.ci_high) if j.ci_low is not None else "-"
         rows.append([c.op, *ms, f"x{j.ratio:.3f}", interval, j.verdict])
     title = f"{other} against {base}, per op (min_effect {min_effect:.0%})"
     return (

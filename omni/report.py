@@ -16,6 +16,7 @@ from omni.controls import untrusted
 from omni.objstore import ResultsPath, results_root
 from omni.stats import ALPHA, MIN_INTERVAL_RUNS, PRIMARY_SHARE, min_max_coverage
 from omni.summary import Judged, SweepSummary
+from omni.units import ratio_interval
 
 VERDICT_COLORS = {"better": "#1a7f37", "worse": "#cf222e", "equivalent": "#57606a", "inconclusive": "#bf8700"}
 
@@ -37,7 +38,7 @@ def verdict_text(judged: Judged) -> str:
     if c.ci_low is None:
         return f"inconclusive: x{c.ratio:.3f}, fewer than 2 runs on a side"
     level = f" at {100 * c.confidence:.4g} %" if c.confidence != 0.95 else ""
-    text = f"{c.verdict}: x{c.ratio:.3f} [{c.ci_low:.3f}, {c.ci_high:.3f}]{level}"
+    text = f"{c.verdict}: x{c.ratio:.3f} {ratio_interval(c.ci_low, c.ci_high)}{level}"
     if c.below_min_effect:
         text += f", below min_effect {c.min_effect:.0%}"
     if c.passes_needed:
@@ -297,7 +298,7 @@ def changes_markdown(
     ]
     for c in changes:
         lines.append(
-            f"| {c.sweep_id} | {c.arm} | {c.metric} | {c.kind} | x{c.ratio:.3f} [{c.ci_low:.3f}, {c.ci_high:.3f}] "
+            f"| {c.sweep_id} | {c.arm} | {c.metric} | {c.kind} | x{c.ratio:.3f} {ratio_interval(c.ci_low, c.ci_high)} "
             f"| {c.drift:.2%} ({c.drift_source}) | {', '.join(c.run_ids)} | {', '.join(c.history_run_ids)} |"
         )
     lines += [

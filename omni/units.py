@@ -70,3 +70,21 @@ def metric_unit(name: str) -> str | None:
 def metric_quantity(value: float | int | None, metric: str, digits: int = 4) -> str:
     """A value of the run column ``metric`` in its unit, for people."""
     return quantity(value, metric_unit(metric), digits)
+
+
+# A ratio's interval past these reads as "anything": at 2 runs and a strict
+# level, Student's t puts bounds at 1e-20 and 1e+22, digits no one can use.
+RATIO_SHOWN = (0.001, 1000.0)
+
+
+def ratio_interval(low: float, high: float) -> str:
+    """``[0.903, 1.004]``; a bound beyond 1/1000 or 1000 as ``<0.001`` or ``>1000``."""
+
+    def bound(value: float) -> str:
+        if value < RATIO_SHOWN[0]:
+            return f"<{RATIO_SHOWN[0]:g}"
+        if value > RATIO_SHOWN[1]:
+            return f">{RATIO_SHOWN[1]:g}"
+        return f"{value:.3f}"
+
+    return f"[{bound(low)}, {bound(high)}]"
