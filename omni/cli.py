@@ -302,6 +302,9 @@ def summary(
     results: str = RESULTS_OPT,
     include_retracted: bool = RETRACTED_OPT,
     metric: list[str] | None = METRIC_OPT,
+    against: str | None = typer.Option(
+        None, "--against", help="judge every arm against this arm, not the baseline (printed only, no files)"
+    ),
 ) -> None:
     """Per arm and metric: n, median, MAD, CV, interval, and the verdict
     against the baseline; writes results/summaries/SWEEP.{md,json,html}
@@ -311,8 +314,10 @@ def summary(
     from omni.report_html import html_report
     from omni.summary import focus, summarize_sweep
 
-    result = summarize_sweep(results, sweep_id, include_retracted)
+    result = summarize_sweep(results, sweep_id, include_retracted, against)
     show(summary_markdown(focus(result, metric)))
+    if against is not None:  # the sweep's own summary files stay the baseline's
+        return
     paths = write_outputs(results, result, html_report(result, sweep_history(results, result, include_retracted)))
     show(f"written: {paths['md']}, {paths['json']}, {paths['html']}")
 

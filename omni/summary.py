@@ -310,13 +310,24 @@ def _too_few_passes(metrics, arms, cells, values, effects, confidence: dict[str,
     ]
 
 
-def summarize_sweep(results: Path, sweep_id: str, include_retracted: bool = False) -> SweepSummary:
+def summarize_sweep(
+    results: Path, sweep_id: str, include_retracted: bool = False, against: str | None = None
+) -> SweepSummary:
+    """The sweep's summary; ``against``: judged against that arm instead of the
+    spec's baseline (``omni summary --against``: arms of one workload in a
+    sweep of several), the A/A control then left out (it replicates the baseline)."""
     rows = ok_rows(results, sweep_id, include_retracted)
     spec = sweep_spec(results, sweep_id)  # read once: baseline, margins, control and hosts all come from it
+    if against is not None:
+        arms = list(dict.fromkeys(rows.timed["arm"]))
+        if against not in arms:
+            raise OmniError(
+                f"--against {against}: no arm of sweep {sweep_id} has that name; its arms: {', '.join(arms)}"
+            )
     replicated = spec is not None and spec.hosts is not None and spec.hosts.mode == "replicate"
     hosts = sorted(rows.timed["host"].dropna().unique()) if replicated else []
     if len(hosts) < 2:  # a split fleet sweep's hosts are identical by check: one pool of runs
-        return summarize_rows(results, sweep_id, rows, spec, one_host=spec is None or spec.hosts is None)
+        return summarize_rows(results, sweep_id, rows, spec, spec is None or spec.hosts is None, against)
     per_host = {}
     for host in hosts:
         mine = SweepRows(
@@ -324,8 +335,8 @@ def summarize_sweep(results: Path, sweep_id: str, include_retracted: bool = Fals
             0,
             rows.profiled[rows.profiled["host"] == host],
         )
-        per_host[host] = summarize_rows(results, sweep_id, mine, spec)
-    whole = summarize_rows(results, sweep_id, rows, spec, one_host=False)
+        per_host[host] = summarize_rows(results, sweep_id, mine, spec, True, against)
+    whole = summarize_rows(results, sweep_id, rows, spec, False, against)
     judged = {key: across_hosts(key, per_host) for key in whole.judged}
     warnings = [f"host {h}: {w}" for h, summary in per_host.items() for w in summary.warnings]
     return replace(whole, judged=judged, hosts=per_host, untrusted={}, warnings=tuple(warnings))
@@ -350,16 +361,19 @@ def across_hosts(key: tuple[str, str], per_host: dict[str, SweepSummary]) -> Jud
     return Judged(None, f"differs by host ({text})")
 
 
-def summarize_rows(results: Path, sweep_id: str, rows: SweepRows, spec, one_host: bool = True) -> SweepSummary:
+def summarize_rows(
+    results: Path, sweep_id: str, rows: SweepRows, spec, one_host: bool = True, against: str | None = None
+) -> SweepSummary:
     """The summary of some rows of a sweep (all of them, or one host's);
-    ``one_host`` False: a fleet's rows, whose host column differs by design."""
+    ``one_host`` False: a fleet's rows, whose host column differs by design;
+    ``against``: the arm judged against instead of the baseline (no control then)."""
     ok, frame, excluded, profiled = rows
     arms = list(dict.fromkeys(frame["arm"]))
     metrics = primary_metrics(spec, [m for m in metric_columns() if ok[m].notna().any()])
     named = spec.primary_metrics if spec is not None else DEFAULT_PRIMARY_METRICS
     adjustment = adjust_for_multiplicity(metrics, named)
     effects = min_effects(spec, metrics)
-    baseline = baseline_of(spec, arms)
+    baseline = against or baseline_of(spec, arms)
     calibrations = arm_calibrations(results, frame, arms)
     base_cal = calibrations.get(baseline, NONE) if baseline else NONE
     floors = {
@@ -380,7 +394,7 @@ def summarize_rows(results: Path, sweep_id: str, rows: SweepRows, spec, one_host
             level = adjustment.confidence[metric]
             judged[(arm, metric)] = judge(ok, ok, baseline, arm, metric, effects[metric][0], 0.0, level, BLOCK)
     warnings = _too_few_passes(metrics, arms, cells, values, effects, adjustment.confidence)
-    control = control_of(spec, arms)
+    control = None if against else control_of(spec, arms)
     untrusted = control_failures(judged, control, baseline, metrics) if control and baseline != control else {}
     warnings += [f"untrustworthy {metric}: {why}" for metric, why in untrusted.items()]
     warnings += prompt_audit(judged, seed_replicas(frame, baseline, arms), baseline, metrics)

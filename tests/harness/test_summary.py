@@ -225,6 +225,20 @@ def test_metric_option_focuses_summary_and_compare(tmp_path):
         assert done.returncode == 2 and f"--metric {bad} {why}; choose from decode_tok_s" in done.stderr, done.stderr
 
 
+def test_summary_against_another_arm_judges_every_arm_against_it_and_writes_nothing(tmp_path):
+    # arms of two workloads in one sweep: the second's pair is judged against its own reference
+    store_sweep(tmp_path, "w1", {"base": [100, 101, 99], "big": [50, 51, 49], "big-fast": [75, 76, 74]})
+    done = omni("summary", "w1", "--results", str(tmp_path), "--against", "big", "--metric", "decode_tok_s")
+    assert done.returncode == 0, done.stderr
+    assert "baseline arm `big`" in done.stdout, done.stdout
+    fast = next(line for line in done.stdout.splitlines() if line.startswith("| big-fast | decode_tok_s |"))
+    assert "better: x1.50" in fast, fast
+    assert not (tmp_path / "summaries" / "w1.md").exists()  # the sweep's own summary stays the baseline's
+    done = omni("summary", "w1", "--results", str(tmp_path), "--against", "nobody")
+    assert done.returncode == 2 and "--against nobody: no arm of sweep w1" in done.stderr, done.stderr
+    assert "its arms: base, big, big-fast" in done.stderr, done.stderr
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_nightly_that_regressed_ends_failed_naming_arm_metric_ratio_and_runs(tmp_path):
