@@ -15,7 +15,7 @@ metrics varied. Measured side by side in one run, each reading repeated
   files would take it many minutes), the compacted parts, the consolidated file;
 - write + read of 1,000 run files one by one (a sweep's pattern), S3 vs local.
 
-Targets (issue 14): the loads <= 2 s locally, and <= 1.5 x DuckDB.
+Targets: the loads <= 2 s locally, and <= 1.5 x DuckDB.
 
     .venv/bin/python benchmarks/results_store.py [--sweeps 400 --runs 50] [--no-s3]
 

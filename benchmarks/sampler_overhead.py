@@ -9,7 +9,7 @@ sampled at 20 Hz and unsampled, and reports:
   minus the same figure unsampled;
 - the workload's own throughput (iterations per second) sampled vs unsampled.
 
-Target (issue 2): <= 0.5 % of one core. Both are measured side by side in one
+Target: <= 0.5 % of one core. Both are measured side by side in one
 run; on a shared host read the ratio, not the absolute numbers.
 
     .venv/bin/python benchmarks/sampler_overhead.py [--seconds 8] [--reps 3]

@@ -3,7 +3,7 @@
 Synthetic arms of known, uneven durations on the slots of a 2-socket Xeon
 8480C sysfs fixture (4 slots of 28 cores, placement planned from the fixture,
 not applied: this host lacks those CPUs), run through the real Prefect flow,
-timing real. Ideal = sum of run wall times / k; target (issue 5):
+timing real. Ideal = sum of run wall times / k; target:
 makespan <= 1.05 x ideal + 2 s. Makespan runs from the first run's start to
 the last run's end, from the rows (Prefect's temporary server start excluded).
 

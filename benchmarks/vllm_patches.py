@@ -6,7 +6,7 @@ after one compiled cold start has written the artifact; and the memory
 patches' effect: RssAnon after load without and with
 ``release_memory_after_load``, and the KV bytes allocated under
 ``VLLM_CPU_KVCACHE_SPACE=1`` without and with ``explicit_kv_cache_memory``.
-Target (issue 4): patched warm start <= 1.1 x eager start.
+Target: patched warm start <= 1.1 x eager start.
 
     .venv/bin/python benchmarks/vllm_patches.py [--passes 2]
 """

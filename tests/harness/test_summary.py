@@ -154,10 +154,10 @@ def test_html_report_renders_in_headless_chromium(tmp_path):
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_compare_names_the_arm_made_slower_and_no_other(tmp_path):
-    """Issue 11's case, with no calibration: two sweeps of
-    arms/smoke-synthetic.yaml at 5 passes, the second with arm large 20 %
-    slower (each decode step waits 5 ms instead of 4). The old rule called it
-    "within noise: x0.802 [0.503, 1.278]".
+    """With no calibration: two sweeps of arms/smoke-synthetic.yaml at 5
+    passes, the second with arm large 20 % slower (each decode step waits 5 ms
+    instead of 4). A rule that pooled the noise of both sweeps' arms called
+    it "within noise: x0.802 [0.503, 1.278]".
 
     The sweeps run as the flow runs them (prepare, then every item on its
     slot, manifest and spec copy written), without Prefect: two ephemeral

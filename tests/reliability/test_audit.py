@@ -1,4 +1,4 @@
-"""Audit reruns, after MLPerf Inference's audit tests (issue 16, scenario 5).
+"""Audit reruns, after MLPerf Inference's audit tests.
 
 - The same arm on other prompts (``prompt_seed``) comes out within noise of
   itself: no better/worse verdict on a timed metric.

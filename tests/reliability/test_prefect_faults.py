@@ -1,4 +1,4 @@
-"""Prefect faults on the real stack (issue 16, scenario 2): a cancel of a
+"""Prefect faults on the real stack: a cancel of a
 running flow run of ``sweep/manual``, then a ``kill -9`` of the worker running
 another one.
 

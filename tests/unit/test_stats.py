@@ -109,7 +109,7 @@ def test_verdicts(base, other, better, verdict):
 
 
 def test_the_old_rule_hid_a_20_percent_regression_the_new_one_names_it():
-    """Issue 11's case: sleep-paced decode, spread well under 1 %, one arm 25 %
+    """Sleep-paced decode, spread well under 1 %, one arm 25 %
     slower. The old rule said "within noise: x0.802 [0.503, 1.278]"."""
     before = [101.2, 100.8, 101.0, 100.9, 101.1]
     after = [81.0, 80.9, 81.2, 80.8, 81.1]
