@@ -141,7 +141,7 @@ def load(path: Path, arm: dict) -> Loaded:
     llama_cpp.llama_backend_init()
     mparams = llama_cpp.llama_model_default_params()
     set_load_mode(llama_cpp, mparams, arm["params"]["mmap"])
-    set_repack(llama_cpp, mparams, arm["params"].get("repack", True))
+    set_repack(llama_cpp, mparams, arm["params"]["repack"])
     model = llama_cpp.llama_model_load_from_file(str(path).encode(), mparams)
     if not model:
         raise RuntimeError(f"llama.cpp could not load {path}")
@@ -456,7 +456,7 @@ def run(arm: dict) -> dict:
     mark_phase("loaded")
     log(
         f"loaded {path.name} in {load_s:.2f} s, n_ctx={lm.n_ctx}, threads={arm['threads_effective']}, mmap={params['mmap']}, "
-        f"repack={params.get('repack', True)}"
+        f"repack={params['repack']}"
     )
     seed = arm.get("prompt_seed", 0)
     # drawn before the first timed iteration, so no first sight waits on Python between iterations
@@ -495,7 +495,7 @@ def run(arm: dict) -> dict:
             "n_ctx": lm.n_ctx,
             "threads": arm["threads_effective"],
             "mmap": params["mmap"],
-            "repack": params.get("repack", True),
+            "repack": params["repack"],
             "gguf": path.name,
             "prompt_seed": seed,
             "prompts_sha256": prompts_digest(prompts),
