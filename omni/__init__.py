@@ -43,6 +43,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "omni.side_tables",
             "omni.row_check",
             "omni.units",
+            "omni.load_levels",
             "omni.spec",
             "omni.engines",
             "omni.vllm_plugin",
@@ -64,7 +65,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "omni.retract",
         ),
     ),
-    ("run", ("omni.plan", "omni.schedule", "omni.engine_process", "omni.runner")),
+    ("run", ("omni.plan", "omni.schedule", "omni.engine_process", "omni.serving", "omni.runner")),
     (
         "sweep",
         (
@@ -72,6 +73,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "omni.sweep",
             "omni.fleet",
             "omni.controls",
+            "omni.serving_summary",
             "omni.summary",
             "omni.compare",
             "omni.calibration",

@@ -99,12 +99,14 @@ def print_arm_table(sweep_id: str, results: str) -> None:
 
 def print_verdicts(sweep_id: str, results: str) -> None:
     """Each arm against the baseline on the headline metrics, and the control."""
-    from omni.report import verdicts_markdown
+    from omni.report import serving_markdown, verdicts_markdown
     from omni.summary import summarize_sweep
 
     summary = summarize_sweep(results, sweep_id)
     if summary.judged:
         show(verdicts_markdown(summary))
+    if summary.serving is not None:
+        show("\n".join(serving_markdown(summary.serving)))
 
 
 @app.command()

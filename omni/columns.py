@@ -17,7 +17,7 @@ from typing import Literal
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 
 STATUSES = ("ok", "failed", "timeout", "refused", "invalid")
 BINDING_METHODS = ("numactl", "sched_setaffinity", "none")
@@ -260,6 +260,22 @@ COLUMNS: tuple[Column, ...] = (
         ),
         ("e2e_s", _F64, "s", "end-to-end generation time, engine-measured", _LOWER),
         (
+            "capacity_concurrency",
+            _F64,
+            "requests",
+            "serving: requests in flight the server held within its SLO, interpolated between levels "
+            "(omni.load_levels.run_capacity); null when beyond the levels tried (capacity_bounds) (v11)",
+            _HIGHER,
+        ),
+        (
+            "capacity_rate",
+            _F64,
+            "req/s",
+            "serving: request rate the server held within its SLO, interpolated between levels; null when "
+            "beyond the levels tried (capacity_bounds) (v11)",
+            _HIGHER,
+        ),
+        (
             "tpot_ms",
             _F64,
             "ms",
@@ -397,6 +413,20 @@ COLUMNS: tuple[Column, ...] = (
             "prompt eval and eval ms and token counts), JSON object (v5)",
             _JSON,
         ),
+    ),
+    *_group(
+        "serving",
+        ("client_cpus", _INTS, None, "CPUs of a serving run's load generator, apart from the server's (v11)"),
+        ("load_levels", _I32, None, "load levels a serving run completed; each is a record in results/levels (v11)"),
+        (
+            "capacity_bounds",
+            _STR,
+            None,
+            "per kind of level (concurrency, rate) whose capacity is no figure, why: above or below the levels "
+            'tried, or unknown (a level it needed was not judged); JSON object, e.g. {"rate": "above"} (v11)',
+            _JSON,
+        ),
+        ("slo", _STR, None, "the serving arm's SLO: ttft_ms, tpot_ms at percentile, JSON object (v11)", _JSON),
     ),
     *_group(
         "provenance",

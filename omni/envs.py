@@ -33,6 +33,9 @@ class EnvSpec:
     requirements: tuple[str, ...]
     remove: tuple[str, ...] = ()
     build_env: dict[str, str] = field(default_factory=dict)
+    # llama.cpp programs (cmake targets) built from the vendored llama.cpp of
+    # the llama-cpp-python sdist the env installs, into the env's bin/
+    tools: tuple[str, ...] = ()
 
     def key(self) -> str:
         payload = {**asdict(self), "python": f"{sys.version_info.major}.{sys.version_info.minor}"}
@@ -55,6 +58,26 @@ LLAMA_CMAKE_ARGS = " ".join(
     ]
 )
 
+# The programs beside llama-cpp-python (llama-server, llama-bench): the same
+# source and ISA, statically linked, with no web UI (nothing to download) and
+# no TLS; llama_cpp_python's own settings above are not changed by them.
+LLAMA_TOOLS_CMAKE_ARGS = [
+    "-DCMAKE_BUILD_TYPE=Release",
+    "-DBUILD_SHARED_LIBS=OFF",
+    "-DGGML_NATIVE=ON",
+    "-DLLAMA_CURL=OFF",
+    "-DLLAMA_OPENSSL=OFF",
+    "-DLLAMA_BUILD_UI=OFF",
+    "-DLLAMA_USE_PREBUILT_UI=OFF",
+    "-DLLAMA_BUILD_TESTS=OFF",
+    "-DLLAMA_BUILD_EXAMPLES=OFF",
+    "-DLLAMA_BUILD_TOOLS=ON",
+    "-DLLAMA_BUILD_SERVER=ON",
+    "-DGGML_BUILD_TESTS=OFF",
+    "-DGGML_BUILD_EXAMPLES=OFF",
+]
+LLAMA_PYTHON = "llama-cpp-python"
+
 ENVS: dict[str, EnvSpec] = {
     # torchvision/torchaudio/torchcodec come built for another torch and break
     # `from transformers import LlamaConfig` (operator torchvision::nms does not exist)
@@ -65,6 +88,7 @@ ENVS: dict[str, EnvSpec] = {
     "llamacpp": EnvSpec(
         requirements=("llama-cpp-python==0.3.36", "gguf==0.19.0", "numpy"),
         build_env={"CMAKE_ARGS": LLAMA_CMAKE_ARGS, "CMAKE_BUILD_PARALLEL_LEVEL": str(os.cpu_count() or 2)},
+        tools=("llama-server", "llama-bench"),
     ),
 }
 
@@ -212,6 +236,9 @@ def build_env(repo_root: Path, name: str) -> EnvInfo:
                     [sys.executable, "-m", "venv", str(target)], check=True, stdout=log, stderr=subprocess.STDOUT
                 )
             _pip(python, ["install", *spec.requirements], log, env)
+            sdist = _llama_sdist(python, target, spec, log, env) if spec.tools else None
+            if sdist:
+                _build_tools(sdist, target, spec.tools, log, env)
             if spec.remove:
                 _pip(python, ["uninstall", "-y", *spec.remove], log, env)
             _pip(python, ["install", "--no-deps", "-e", str(repo_root)], log, env)
@@ -228,11 +255,65 @@ def build_env(repo_root: Path, name: str) -> EnvInfo:
         "build_s": round(time.monotonic() - started, 1),
         "spec": asdict(spec),
         "omni_pyproject": omni_metadata_sha(repo_root),
+        **({"llama_sdist_sha256": _sha256(sdist)} if sdist else {}),
     }
     write_new(target / STAMP, json.dumps(stamp, indent=1, sort_keys=True))
     if cached:
         keep_env(target, cached)
     return env_info(repo_root, name)
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _llama_sdist(python: Path, target: Path, spec: EnvSpec, log, env: dict[str, str]) -> Path:
+    """The llama-cpp-python sdist the env pins, downloaded once into the env's
+    ``src/``: the file PyPI serves for the pin, as pip installed it (its
+    sha256 is in the stamp), so the tools build from the source that
+    llama_cpp was built from. (Installing from this file instead would put
+    its path into ``pip freeze`` and every checkout's freeze hash would differ.)"""
+    pin = next(r for r in spec.requirements if r.startswith(f"{LLAMA_PYTHON}=="))
+    src = target / "src"
+    found = sorted(src.glob("llama_cpp_python-*.tar.gz"))
+    if not found:
+        _pip(python, ["download", "--no-deps", "--no-binary", ":all:", pin, "-d", str(src)], log, env)
+        found = sorted(src.glob("llama_cpp_python-*.tar.gz"))
+    if len(found) != 1:
+        raise OSError(f"expected one llama-cpp-python sdist in {src}, found {[p.name for p in found]}")
+    return found[0]
+
+
+def _run(cmd: list[str], log, env: dict[str, str]) -> None:
+    log.write(f"$ {' '.join(cmd)}\n")
+    log.flush()
+    rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env).returncode
+    if rc != 0:
+        raise subprocess.CalledProcessError(rc, cmd)
+
+
+def _build_tools(sdist: Path, target: Path, tools: tuple[str, ...], log, env: dict[str, str]) -> None:
+    """Build ``tools`` from the sdist's vendored llama.cpp into ``target/bin``;
+    a tool already there (a completed build, or the kept copy's) is not rebuilt."""
+    wanted = [t for t in tools if not (target / "bin" / t).exists()]
+    if not wanted:
+        return
+    src = sdist.parent
+    tree = src / sdist.name.removesuffix(".tar.gz")
+    if not tree.is_dir():
+        _run(["tar", "-xzf", str(sdist), "-C", str(src)], log, env)
+    build = src / "build"
+    _run(["cmake", "-S", str(tree / "vendor" / "llama.cpp"), "-B", str(build), *LLAMA_TOOLS_CMAKE_ARGS], log, env)
+    jobs = env.get("CMAKE_BUILD_PARALLEL_LEVEL", str(os.cpu_count() or 2))
+    _run(["cmake", "--build", str(build), "--target", *wanted, "-j", jobs], log, env)
+    for tool in wanted:
+        shutil.copy2(build / "bin" / tool, target / "bin" / tool)
+    shutil.rmtree(build, ignore_errors=True)  # 200+ MB of objects; the sdist stays
+    shutil.rmtree(tree, ignore_errors=True)
 
 
 def ensure_env(repo_root: Path, name: str) -> EnvInfo:

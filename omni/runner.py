@@ -41,6 +41,7 @@ from omni.provenance import behaviour_env, merge_engine_provenance
 from omni.provisioning import kv_overprovisioned
 from omni.resources import ArmResources, env_name
 from omni.sampler import MIN_WINDOW_S, TreeSampler, summarize, summarize_interference
+from omni.serving import LEVELS_KEY, REQUESTS_KEY, run_serving
 from omni.spec import Arm, arm_hash, canonical_arm_json
 from omni.topology import format_cpulist
 from omni.vllm_plugin import names as vllm_names
@@ -51,7 +52,7 @@ ENGINE_METRICS = ("kv_cache_bytes_effective", "kv_cache_bytes_needed", "profile_
 # a row's side-table records, taken off by run_and_store into results/<table>
 ITERATIONS_KEY = "_iterations"
 OPS_KEY = "_ops"
-SIDE_KEYS = {"iterations": ITERATIONS_KEY, "ops": OPS_KEY}
+SIDE_KEYS = {"iterations": ITERATIONS_KEY, "ops": OPS_KEY, "levels": LEVELS_KEY, "requests": REQUESTS_KEY}
 
 
 @dataclass(frozen=True)
@@ -493,7 +494,7 @@ def fill_interference(row: dict, sampler: TreeSampler, item: PlanItem) -> None:
     """What else ran on the slot's CPUs (and its idle SMT siblings) during the
     timed part, and how long the run's threads waited for a CPU; a neighbour
     above :data:`INTERFERENCE_BOUND_PCT` of one CPU is warning ``interference``."""
-    found = summarize_interference(sampler.interference, item.slot.owned)
+    found = summarize_interference(sampler.interference, (*item.slot.cpus, *item.slot.siblings))
     row.update(
         foreign_cpu_peak_pct=found.peak_pct,
         foreign_cpu_mean_pct=found.mean_pct,
@@ -513,6 +514,25 @@ def fill_interference(row: dict, sampler: TreeSampler, item: PlanItem) -> None:
             f"{found.run_delay_ms_per_s:.0f} ms/s for a CPU): a thread an OpenMP barrier waits on was slowed, "
             "so every thread was",
         )
+
+
+def serving_row(ctx: RunContext, item: PlanItem, res: ArmResources, row: dict, workdir: Path) -> dict:
+    """A serving arm's run (omni.serving): levels, capacity, and the server's
+    memory and binding checked as an offline engine's are."""
+    row["client_cpus"] = list(item.slot.client)
+    proc, method = run_serving(item, res, row, workdir, engine_arm_payload(item, res, workdir), ctx.timeout_s)
+    if proc.leftovers:
+        pids = ", ".join(map(str, sorted(proc.leftovers)))
+        warn(row, "leftover_processes", f"the server left process(es) {pids} behind; killed them")
+    if row["status"] in ("ok", "invalid"):
+        row.update(summarize(proc.sampler))
+        for rule, message in kv_rules(row):
+            warn(row, rule, message)
+        fill_head(row, row.pop("_head", None))
+    row.pop("_head", None)
+    fill_binding(row, proc, item, method)
+    row["finished_at"] = now_utc()
+    return row
 
 
 def run_arm(ctx: RunContext, item: PlanItem) -> dict:
@@ -539,6 +559,8 @@ def run_arm(ctx: RunContext, item: PlanItem) -> dict:
     workdir.mkdir(parents=True, exist_ok=True)
     with naming(workdir / "arm.json"):
         (workdir / "arm.json").write_text(json.dumps(engine_arm_payload(item, res, workdir), sort_keys=True))
+    if item.arm.load is not None and not ctx.simulate_placement:
+        return serving_row(ctx, item, res, row, workdir)
     argv, method = engine_argv(item, workdir, res.python, ctx.simulate_placement)
     row["command"] = json.dumps(argv)
     env = engine_env(item)

@@ -64,4 +64,56 @@ OPS_SCHEMA = pa.schema(
         ("distorting", _BOOL),
     ]
 )
-SIDE_TABLES = {"iterations": ITERATION_SCHEMA, "ops": OPS_SCHEMA}
+# levels: one row per load level of a serving run (omni.load_levels): a level is
+# one of the run's iterations, so a verdict per level has runs (passes) as its units
+_PCTS = [(f"{m}_p{q}_ms", _F64) for m in ("ttft", "tpot", "itl", "e2e") for q in (50, 90, 99)]
+LEVEL_SCHEMA = pa.schema(
+    [
+        ("run_id", _STR),
+        ("sweep_id", _STR),
+        ("arm", _STR),
+        ("pass_index", _I32),
+        ("level", _STR),
+        ("load_kind", _STR),
+        ("load_value", _F64),
+        ("order", _I32),
+        ("requests", _I32),
+        ("failed", _I32),
+        ("duration_s", _F64),
+        ("request_s", _F64),
+        ("output_tok_s", _F64),
+        ("goodput_req_s", _F64),
+        *_PCTS,
+        ("asked_rate", _F64),
+        ("sent_rate", _F64),
+        ("achieved_rate", _F64),
+        ("max_in_flight", _I32),
+        ("client_cpu_pct", _F64),
+        ("client_thread_pct", _F64),
+        ("flags", pa.list_(_STR)),
+        ("slo_met", _BOOL),
+        ("server_metrics", _STR),
+    ]
+)
+# requests: one row per measured request of a serving level
+REQUEST_SCHEMA = pa.schema(
+    [
+        ("run_id", _STR),
+        ("sweep_id", _STR),
+        ("arm", _STR),
+        ("pass_index", _I32),
+        ("level", _STR),
+        ("request", _I32),
+        ("input_tokens", _I32),
+        ("output_tokens", _I32),
+        ("ok", _BOOL),
+        ("error", _STR),
+        ("ttft_ms", _F64),
+        ("tpot_ms", _F64),
+        ("e2e_ms", _F64),
+        ("itl_ms", pa.list_(_F64)),
+        ("start_s", _F64),
+        ("queue_ms", _F64),
+    ]
+)
+SIDE_TABLES = {"iterations": ITERATION_SCHEMA, "ops": OPS_SCHEMA, "levels": LEVEL_SCHEMA, "requests": REQUEST_SCHEMA}

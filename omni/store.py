@@ -334,6 +334,12 @@ def _v9_to_v10(table: pa.Table) -> pa.Table:
     return table
 
 
+def _v10_to_v11(table: pa.Table) -> pa.Table:
+    """v11 added serving runs (client_cpus, load_levels, capacity_*, slo): every
+    earlier run was an offline one, so null."""
+    return table
+
+
 UPGRADES: dict[int, Callable[[pa.Table], pa.Table]] = {
     1: _v1_to_v2,
     2: _v2_to_v3,
@@ -344,6 +350,7 @@ UPGRADES: dict[int, Callable[[pa.Table], pa.Table]] = {
     7: _v7_to_v8,
     8: _v8_to_v9,
     9: _v9_to_v10,
+    10: _v10_to_v11,
 }
 
 

@@ -28,6 +28,7 @@ from omni.objstore import local_copy, results_root
 from omni.ops import HEAD_RULE, STEP_KINDS
 from omni.provisioning import memory_refusal, provisioning_of
 from omni.retract import SweepRows, ok_rows, without_retracted
+from omni.serving_summary import ServingSummary, serving_summary
 from omni.spec import load_spec
 from omni.spec.sweep import DEFAULT_PRIMARY_METRICS
 from omni.stats import (
@@ -200,6 +201,7 @@ class SweepSummary:
     hosts: dict[str, SweepSummary] = field(default_factory=dict)
     primary: tuple[str, ...] = ()  # the spec's primary metrics that have values, first in ``metrics``
     adjustment: Adjustment | None = None  # each metric's interval level (multiplicity)
+    serving: ServingSummary | None = None  # per-level verdicts and capacity of serving arms (omni.serving_summary)
 
 
 def _values(frame: pd.DataFrame, arm: str, metric: str) -> list[float]:
@@ -439,7 +441,17 @@ def summarize_rows(
         void=void,
         primary=adjustment.primary,
         adjustment=adjustment,
+        serving=serving_summary(results, sweep_id, ok, baseline, _level_effect(spec)),
     )
+
+
+def _level_effect(spec) -> float:
+    """The min_effect per-level verdicts use: the spec's default (per-metric
+    margins name row metrics, not a level's), else 5 %."""
+    effect = spec.min_effect if spec is not None else None
+    if isinstance(effect, dict):
+        effect = effect.get("default")
+    return effect or 0.05
 
 
 def sweep_primary_and_void(results: Path, sweep_id: str) -> tuple[tuple[str, ...], dict[str, str]]:

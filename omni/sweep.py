@@ -22,8 +22,9 @@ from omni.progress import BOARD
 from omni.provenance import collect_host_provenance
 from omni.request import SweepRequest
 from omni.resources import ArmResources, resolve_all
-from omni.runner import SIDE_KEYS, RunContext, run_arm, run_workdir
+from omni.runner import SIDE_KEYS, RunContext, engine_arm_payload, run_arm, run_workdir
 from omni.schedule import claim_run, hold_cpus, run_concurrently
+from omni.serving import planned_commands
 from omni.spec import LoadedSpec, load_spec
 from omni.store import load_runs, run_path, stored_run_ids, write_run, write_side_table
 from omni.store import profiled as is_profiled
@@ -301,7 +302,11 @@ def describe_plan(
     for item in items:
         wave = on_slot[item.slot.index] = on_slot.get(item.slot.index, -1) + 1
         res = resources[item.arm.name]
-        argv, method = engine_argv(item, run_workdir(results_dir, item), res.python or "<unresolved>", simulate)
+        workdir = run_workdir(results_dir, item)
+        argv, method = engine_argv(item, workdir, res.python or "<unresolved>", simulate)
+        clients = []
+        if item.arm.load is not None and not res.error and not simulate:
+            argv, method, clients = planned_commands(item, res, workdir, engine_arm_payload(item, res, workdir))
         rows.append(
             {
                 "order": item.order_index,
@@ -317,6 +322,7 @@ def describe_plan(
                 "method": method,
                 "env": {"OMNI_RUN_ID": item.run_id, **item.arm.env},
                 "command": shlex.join(argv),
+                "client_commands": [shlex.join(c) for c in clients],
                 "model_path": res.model_path,
                 "problem": res.error,
             }

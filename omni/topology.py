@@ -161,17 +161,26 @@ class Slot:
     mems: tuple[int, ...]
     siblings: tuple[int, ...] = ()
     smt: str = "false"
+    # a serving arm's load generator runs here, never on ``cpus`` (whole cores,
+    # siblings included); bound to the memory of ``client_mems``
+    client: tuple[int, ...] = ()
+    client_mems: tuple[int, ...] = ()
 
     @property
     def owned(self) -> tuple[int, ...]:
-        """Every CPU the slot holds: its own and its idle siblings."""
-        return tuple(sorted({*self.cpus, *self.siblings}))
+        """Every CPU the slot holds: its own, its idle siblings, its client's."""
+        return tuple(sorted({*self.cpus, *self.siblings, *self.client}))
+
+    def client_slot(self) -> Slot:
+        """The load generator's CPUs as a slot of their own (what pins it)."""
+        return Slot(self.index, self.client_mems[0], self.client, self.client_mems)
 
     def describe(self) -> str:
         idle = f", owns idle SMT siblings {format_cpulist(self.siblings)}" if self.siblings else ""
+        client = f", load generator on cpus {format_cpulist(self.client)}" if self.client else ""
         return (
             f"slot {self.index}: node {self.node}, cpus {format_cpulist(self.cpus)}, "
-            f"membind {format_cpulist(self.mems)}{idle}"
+            f"membind {format_cpulist(self.mems)}{idle}{client}"
         )
 
 
@@ -217,11 +226,30 @@ def _explicit_slot(topo: Topology, cpus: list[int], where: str, straddle: bool) 
     return Slot(0, nodes[0], tuple(cpus), tuple(nodes))
 
 
+def with_clients(topo: Topology, slots: list[Slot], groups: list[list[int]]) -> list[Slot]:
+    """Each slot with its load generator's explicit CPUs (``slots.client_cpus``,
+    one list per slot): present, online, and on no core of the server's, since
+    a client beside the server it measures takes the CPU it times."""
+    out = []
+    for slot, group in zip(slots, groups, strict=True):
+        where = "slots.client_cpus" if len(groups) == 1 else f"slots.client_cpus[{slot.index}]"
+        client = _explicit_slot(topo, group, where, straddle=True)
+        whole = tuple(sorted({*group, *sibling_cpus(topo, tuple(group))}))
+        if shared := sorted(set(whole) & {*slot.cpus, *slot.siblings}):
+            raise OmniError(
+                f"{where} {format_cpulist(group)} shares physical cores with the server's CPUs "
+                f"{format_cpulist(slot.cpus)} (CPU(s) {format_cpulist(shared)}): the load generator would take "
+                "CPU time from the server it measures; give it cores of its own"
+            )
+        out.append(replace(slot, client=whole, client_mems=client.mems))
+    return out
+
+
 def _check_disjoint(slots: list[Slot]) -> None:
     for i, a in enumerate(slots):
         for j in range(i):
             b = slots[j]
-            shared = set(a.cpus) & set(b.cpus)
+            shared = set(a.owned) & set(b.owned) - (set(a.siblings) | set(b.siblings))
             if shared:
                 raise OmniError(
                     f"slots.cpus[{j}] and slots.cpus[{i}] share CPU(s) {format_cpulist(shared)}; "
@@ -248,6 +276,8 @@ def allocate_slots(
     smt: bool | str = False,
     straddle: bool = False,
     count: int | None = None,
+    client_cores: int | None = None,
+    client_cpus: list[list[int]] | None = None,
 ) -> list[Slot]:
     """Cut the host into slots that run at the same time, each within one node.
 
@@ -266,8 +296,11 @@ def allocate_slots(
             with_siblings(topo, replace(_explicit_slot(topo, group, where(i), straddle), index=i), mode)
             for i, group in enumerate(cpus)
         ]
+        slots = with_clients(topo, slots, client_cpus) if client_cpus else slots
         _check_disjoint(slots)
         return _first(slots, count)
+    if client_cores is not None and cores is None:
+        raise OmniError("slots.client_cores needs slots.cores: how many of each slot's cores the server gets")
     if node is not None and node not in topo.nodes:
         raise OmniError(
             f"slots.node {node} does not exist on this host (nodes: {', '.join(map(str, sorted(topo.nodes)))})"
@@ -278,13 +311,16 @@ def allocate_slots(
         if not nd.cpus:
             continue
         cores_of_node = physical_cores(topo, nd.cpus)
-        per_slot = cores or len(cores_of_node)
+        per_slot = (cores or len(cores_of_node)) + (client_cores or 0)
         mine = []
         for start in range(0, len(cores_of_node) - per_slot + 1, per_slot):
-            chosen = cores_of_node[start : start + per_slot]
+            chosen = cores_of_node[start : start + per_slot - (client_cores or 0)]
+            client = cores_of_node[start + len(chosen) : start + per_slot]
             if mode == "true":
                 chosen = sorted({s for c in chosen for s in topo.siblings.get(c, (c,))})
-            mine.append(with_siblings(topo, Slot(0, nd.id, tuple(chosen), (nd.id,)), mode))
+            slot = with_siblings(topo, Slot(0, nd.id, tuple(chosen), (nd.id,)), mode)
+            whole = tuple(sorted({*client, *sibling_cpus(topo, tuple(client))}))
+            mine.append(replace(slot, client=whole, client_mems=(nd.id,) if whole else ()))
         per_node.append(mine)
     if not any(per_node):
         biggest = max((len(physical_cores(topo, n.cpus)) for n in candidates), default=0)
@@ -295,9 +331,11 @@ def allocate_slots(
                 f"slots: {where} has no online CPUs (a memory-only node, e.g. CXL?); nodes with CPUs: {with_cpus}"
             )
         where = f"node {node}" if node is not None else "the largest node"
+        client = f" + client_cores={client_cores}" if client_cores else ""
+        also = ", the load generator's included" if client_cores else ""
         raise OmniError(
-            f"slots.cores={cores} does not fit: {where} has {biggest} physical core(s); "
-            f"ask for at most {biggest} cores per slot"
+            f"slots.cores={cores}{client} does not fit: {where} has {biggest} physical core(s); "
+            f"ask for at most {biggest} cores per slot{also}"
         )
     # Interleave nodes: slot 0 on node 0, slot 1 on node 1, ... so `count: 2`
     # uses both sockets rather than two halves of one.

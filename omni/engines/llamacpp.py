@@ -443,6 +443,47 @@ def head_report(path: Path) -> dict:
     }
 
 
+def server_flags(arm: dict) -> list[str]:
+    """llama-server's flags for a serving arm, set as :func:`new_context` sets
+    the offline engine's context: ``batch_size`` sequences (slots) of
+    ``context_len`` each, the same batch sizes and threads, mmap and repack
+    as the arm says, no prompt cache (each request is prefilled, as vLLM's
+    with prefix caching off), Prometheus metrics on, no web UI."""
+    params, batch = arm["params"], arm["batch_size"]
+    per_seq = arm.get("context_len") or arm["prompt_len"] + arm["max_tokens"]
+    threads = str(arm["threads_effective"])
+    flags = [
+        "--model",
+        arm["model_path"],
+        "--host",
+        arm["serve"]["host"],
+        "--port",
+        str(arm["serve"]["port"]),
+        "--alias",
+        arm["name"],
+        "--threads",
+        threads,
+        "--threads-batch",
+        threads,
+        "--ctx-size",
+        str(batch * per_seq),
+        "--parallel",
+        str(batch),
+        "--batch-size",
+        str(max(batch * arm["prompt_len"], 512)),
+        "--ubatch-size",
+        str(max(batch * arm["prompt_len"], 512)),
+        "--metrics",
+        "--no-webui",
+        "--no-cache-prompt",
+    ]
+    if not params["mmap"]:
+        flags.append("--no-mmap")
+    if not params["repack"]:
+        flags.append("--no-repack")
+    return flags
+
+
 def run(arm: dict) -> dict:
     import llama_cpp
 

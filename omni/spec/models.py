@@ -192,6 +192,78 @@ class ProfileRequest(SpecModel):
     passes: int = Field(3, ge=1, le=100)
 
 
+SERVED_ENGINES = ("vllm", "llamacpp")
+
+
+class Slo(SpecModel):
+    """A serving level's service-level objective: its TTFT and TPOT at a
+    percentile. The defaults are MLPerf Inference's Llama-3.1-8B server limits
+    (TTFT 2 s and TPOT 100 ms at p99): a stated default, shown in every
+    capacity figure, not a hidden one."""
+
+    ttft_ms: float = Field(2000.0, gt=0)
+    tpot_ms: float = Field(100.0, gt=0)
+    percentile: Literal[50, 90, 99] = 99
+
+
+class LoadRequest(SpecModel):
+    """``load:``: the arm runs as an OpenAI-compatible server in its slot and
+    a load generator (``vllm bench serve``) in the slot's client CPUs drives
+    it through these levels, in an order the sweep's seed shuffles per run.
+
+    ``concurrency``: closed-loop levels, requests in flight
+    (``--max-concurrency``); ``rate``: open-loop levels in requests/s, arrivals
+    a gamma process of shape ``burstiness`` (1: Poisson). Prompts are
+    ``prompt_len`` tokens and answers ``max_tokens``, each drawn uniformly
+    within +-``range_ratio`` of them; ``batch_size`` is the server's number of
+    sequences at once (vLLM ``max_num_seqs``, llama-server ``--parallel``).
+    """
+
+    concurrency: list[int] = []
+    rate: list[float] = []
+    burstiness: float = Field(1.0, gt=0)
+    requests: int = Field(32, ge=1, le=100000)  # measured requests per level
+    warmup: int = Field(2, ge=0, le=1000)  # requests per level before them, not measured
+    range_ratio: float = Field(0.0, ge=0, lt=1)
+    seed: int = Field(0, ge=0, le=2**31 - 1)  # of the generator's prompts and lengths
+    slo: Slo = Slo()
+
+    @field_validator("concurrency")
+    @classmethod
+    def _concurrency(cls, value: list[int]) -> list[int]:
+        if any(c < 1 for c in value):
+            raise problem(f"concurrency levels must be >= 1, got {value}")
+        if len(set(value)) < len(value):
+            raise problem(f"a concurrency level is named twice: {value}")
+        return sorted(value)
+
+    @field_validator("rate", mode="before")
+    @classmethod
+    def _rates_as_numbers(cls, value: Any) -> Any:
+        # YAML reads `rate: [1, 2]` as ints; a rate is a number of requests per second either way
+        if isinstance(value, list):
+            return [float(v) if isinstance(v, int) and not isinstance(v, bool) else v for v in value]
+        return value
+
+    @field_validator("rate")
+    @classmethod
+    def _rate(cls, value: list[float]) -> list[float]:
+        if any(r <= 0 for r in value):
+            raise problem(f"rates are requests per second, > 0; got {value}")
+        if len(set(value)) < len(value):
+            raise problem(f"a rate is named twice: {value}")
+        return sorted(value)
+
+    @model_validator(mode="after")
+    def _some_level(self) -> LoadRequest:
+        if not self.concurrency and not self.rate:
+            raise validation_error(
+                "LoadRequest",
+                [((), "name at least one level: concurrency: [1, 4] (requests in flight) or rate: [0.5, 1] (req/s)")],
+            )
+        return self
+
+
 class Arm(SpecModel):
     """One configuration of a sweep, run for every pass."""
 
@@ -219,6 +291,8 @@ class Arm(SpecModel):
     # profiled passes on top of the timed ones (profiling distorts timing):
     # per-op self time per engine step, in results/ops
     profile: ProfileRequest | None = None
+    # a serving arm: the engine as a server under these load levels (docs/serving.md)
+    load: LoadRequest | None = None
     # Validated by ENGINE_PARAMS[engine] and stored with its defaults, also when
     # omitted, so an arm's identity does not depend on spelling defaults out.
     params: dict[str, Any] = Field(default_factory=dict, validate_default=True)
@@ -255,6 +329,14 @@ class Arm(SpecModel):
         engine = info.data.get("engine")
         if value is not None and engine in ENGINE_PARAMS and engine not in PROFILED_ENGINES:
             raise problem(f"engine {engine!r} has no profiler; profile: works with {', '.join(PROFILED_ENGINES)}")
+        return value
+
+    @field_validator("load")
+    @classmethod
+    def _served_engine(cls, value: LoadRequest | None, info: ValidationInfo) -> LoadRequest | None:
+        engine = info.data.get("engine")
+        if value is not None and engine in ENGINE_PARAMS and engine not in SERVED_ENGINES:
+            raise problem(f"engine {engine!r} has no server; load: works with {', '.join(SERVED_ENGINES)}")
         return value
 
     @field_validator("quantization")
@@ -322,6 +404,10 @@ class SlotRequest(SpecModel):
     smt: bool | Literal["shared"] = False
     straddle: bool = False  # allow a cpulist across nodes (memory bound to all of them)
     count: int | None = Field(None, ge=1)  # at most this many slots
+    # serving arms: each slot also holds this many physical cores (or these
+    # cpulists, one per slot) for the load generator, apart from the server's
+    client_cores: int | None = Field(None, ge=1)
+    client_cpus: str | list[str] | None = None
 
     @field_validator("smt", mode="before")
     @classmethod
@@ -333,7 +419,7 @@ class SlotRequest(SpecModel):
             "owned by the slot; true: the engine runs on the siblings too; shared: the siblings left to others)"
         )
 
-    @field_validator("cpus")
+    @field_validator("cpus", "client_cpus")
     @classmethod
     def _cpulist(cls, value: str | list[str] | None) -> str | list[str] | None:
         if value is None:
@@ -356,14 +442,49 @@ class SlotRequest(SpecModel):
             problems.append((("cpus",), "give cores or cpus, not both (cores: how many; cpus: which ones)"))
         if self.node is not None and self.cpus is not None:
             problems.append((("node",), "give node or cpus, not both (explicit CPUs already name their node)"))
+        if self.client_cores is not None and self.client_cpus is not None:
+            problems.append((("client_cpus",), "give client_cores or client_cpus, not both"))
+        if self.client_cores is not None and self.cpus is not None:
+            problems.append(
+                (("client_cores",), "with explicit server CPUs (cpus:) name the load generator's too (client_cpus:)")
+            )
+        if self.client_cpus is not None and self.cpus is None:
+            problems.append(
+                (("client_cpus",), "explicit client CPUs need explicit server CPUs (cpus:); or give client_cores")
+            )
+        if self.client_cpus is not None and self.cpus is not None:
+            servers, clients = self.cpu_lists(), self.client_cpu_lists()
+            if len(clients) != len(servers):
+                problems.append(
+                    (
+                        ("client_cpus",),
+                        f"give one client cpulist per slot: {len(servers)} slot(s), {len(clients)} given",
+                    )
+                )
+            for server, client in zip(servers, clients, strict=False):
+                if shared := sorted(set(server) & set(client)):
+                    problems.append(
+                        (
+                            ("client_cpus",),
+                            f"the load generator would share CPU(s) {','.join(map(str, shared))} with the server "
+                            "it measures; give it CPUs of its own",
+                        )
+                    )
         if problems:
             raise validation_error("SlotRequest", problems)
         return self
 
     def cpu_lists(self) -> list[list[int]] | None:
-        if self.cpus is None:
-            return None
-        return [parse_cpulist(text) for text in ([self.cpus] if isinstance(self.cpus, str) else self.cpus)]
+        return _cpu_lists(self.cpus)
+
+    def client_cpu_lists(self) -> list[list[int]] | None:
+        return _cpu_lists(self.client_cpus)
+
+
+def _cpu_lists(value: str | list[str] | None) -> list[list[int]] | None:
+    if value is None:
+        return None
+    return [parse_cpulist(text) for text in ([value] if isinstance(value, str) else value)]
 
 
 # --- identity ---
@@ -371,13 +492,14 @@ class SlotRequest(SpecModel):
 
 # Fields added after runs were stored under hashes without them: out of the
 # identity while at their default, so those arms (and their stored runs) keep
-# their hashes. ``profile`` adds runs, it changes none; ``prompt_seed`` 0 is
+# their hashes. ``profile`` adds runs, it changes none; ``load`` unset is an
+# offline arm, as every arm was before serving arms; ``prompt_seed`` 0 is
 # the prompts every run timed before it existed; the synthetic engine's
 # fault knobs change nothing while off; vLLM's max_num_batched_tokens unset
 # leaves vLLM's own budget wherever the batch's prefill fitted in it, as every
 # stored run had (omni.engines.vllm.batched_tokens); llama.cpp's repack on is
 # what every llama.cpp run did before it could be turned off.
-LATE_ARM_FIELDS = ("profile", "prompt_seed")
+LATE_ARM_FIELDS = ("profile", "prompt_seed", "load")
 LATE_PARAMS = {
     "synthetic": ("prefix_cache", "short_iteration", "prefill_chunk_tokens", "teardown_s"),
     "vllm": ("max_num_batched_tokens",),

@@ -142,6 +142,18 @@ class Sweep(SpecModel):
                     )
                 )
             seen.add(arm.name)
+            if arm.load is not None and self.slots.client_cores is None and self.slots.client_cpus is None:
+                problems.append(
+                    (
+                        ("arms", i, "load"),
+                        f"serving arm {arm.name!r} needs CPUs for its load generator apart from the server's: "
+                        "set slots.client_cores (e.g. slots: {cores: 1, client_cores: 1}) or slots.client_cpus",
+                    )
+                )
+            if arm.load is not None and arm.profile is not None:
+                problems.append(
+                    (("arms", i, "profile"), "a serving arm is not profiled; profile the offline arm of its config")
+                )
         if self.baseline is not None and self.baseline not in seen:
             names = ", ".join(a.name for a in self.arms)
             problems.append((("baseline",), f"no arm is named {self.baseline!r} (arms: {names})"))

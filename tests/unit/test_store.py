@@ -32,6 +32,7 @@ def test_registry_names_are_unique_and_every_column_is_explained():
         "arm",
         "placement",
         "metrics",
+        "serving",
         "provenance",
         "validity",
     }

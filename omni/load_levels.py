@@ -1,0 +1,330 @@
+"""A serving arm's load levels: the load generator's command, what one level
+stores, when a level is not to be judged, and the capacity under the SLO.
+
+One server start is one run; its levels are that run's iterations, run in
+an order the sweep's seed shuffles per run. A level is one run of ``vllm
+bench serve`` (closed loop: ``--max-concurrency``; open loop:
+``--request-rate`` with ``--burstiness``) with ``--save-detailed``: each
+request's TTFT, inter-token latencies, end-to-end latency and error. omni
+computes every figure from those per-request times itself, with vLLM's
+definitions (``vllm/benchmarks/serve.py`` ``calculate_metrics``): TPOT is
+(e2e - TTFT) / (output tokens - 1), ITL the gaps between streamed chunks.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+PERCENTILES = (50, 90, 99)
+# a level whose load generator kept its CPUs this busy may have timed itself,
+# not the server: its latencies are not judged
+CLIENT_BUSY_PCT = 90.0
+# an open-loop level whose requests completed at less than this share of the
+# rate they were sent at did not hold the rate: the queue grew (saturated)
+HELD_SHARE = 0.9
+
+
+@dataclass(frozen=True)
+class Level:
+    kind: str  # "concurrency" (closed loop) or "rate" (open loop, requests/s)
+    value: float
+
+    @property
+    def key(self) -> str:
+        return f"c={self.value:g}" if self.kind == "concurrency" else f"r={self.value:g}"
+
+
+def arm_levels(load: Mapping) -> list[Level]:
+    """The arm's levels, concurrencies first, each ascending."""
+    return [Level("concurrency", float(c)) for c in load["concurrency"]] + [
+        Level("rate", float(r)) for r in load["rate"]
+    ]
+
+
+def level_order(levels: list[Level], seed: int, run_id: str) -> list[Level]:
+    """The levels in the order this run takes them: shuffled by the sweep's
+    seed and the run, so a level's place in a server's life (first, warm,
+    last) is not the same in every pass."""
+    order = list(levels)
+    random.Random(f"{seed}:{run_id}").shuffle(order)
+    return order
+
+
+def client_flags(
+    level: Level, load: Mapping, *, prompt_len: int, max_tokens: int, model: str, tokenizer: str, base_url: str
+) -> list[str]:
+    """``vllm bench serve``'s flags for one level; the result goes where
+    ``--result-dir``/``--result-filename`` (added by the caller) say."""
+    slo = load["slo"]
+    flags = [
+        "--backend",
+        "openai",  # /v1/completions, streamed: both vLLM's server and llama-server speak it
+        "--base-url",
+        base_url,
+        "--endpoint",
+        "/v1/completions",
+        "--model",
+        model,
+        "--tokenizer",
+        tokenizer,
+        "--dataset-name",
+        "random",
+        "--random-input-len",
+        str(prompt_len),
+        "--random-output-len",
+        str(max_tokens),
+        "--random-range-ratio",
+        str(load["range_ratio"]),
+        "--num-prompts",
+        str(load["requests"]),
+        "--num-warmups",
+        str(load["warmup"]),
+        "--seed",
+        str(load["seed"]),
+        "--ignore-eos",
+        "--temperature",
+        "0",
+        "--burstiness",
+        str(load["burstiness"]),
+        "--percentile-metrics",
+        "ttft,tpot,itl,e2el",
+        "--metric-percentiles",
+        ",".join(map(str, PERCENTILES)),
+        "--goodput",
+        f"ttft:{slo['ttft_ms']:g}",
+        f"tpot:{slo['tpot_ms']:g}",
+        "--save-result",
+        "--save-detailed",
+        "--disable-tqdm",
+    ]
+    if level.kind == "concurrency":
+        flags += ["--max-concurrency", str(int(level.value)), "--request-rate", "inf"]
+    else:
+        flags += ["--request-rate", f"{level.value:g}"]
+    return flags
+
+
+def _pct(values: Sequence[float], q: float) -> float | None:
+    return float(np.percentile(values, q)) if len(values) else None
+
+
+def request_records(level: Level, detailed: Mapping) -> list[dict]:
+    """One record per measured request, from ``--save-detailed``'s lists
+    (seconds there, milliseconds here)."""
+    starts = [s for s in detailed.get("start_times") or [] if s is not None]
+    t0 = min(starts) if starts else 0.0
+    records = []
+    for i, error in enumerate(detailed.get("errors") or []):
+        ttft = _at(detailed, "ttfts", i)
+        latency = _at(detailed, "latencies", i)
+        out = _at(detailed, "output_lens", i)
+        itl = _at(detailed, "itls", i) or []
+        ok = not error and ttft is not None and latency is not None and bool(out)
+        records.append(
+            {
+                "level": level.key,
+                "request": i,
+                "input_tokens": _at(detailed, "input_lens", i),
+                "output_tokens": out,
+                "ok": ok,
+                "error": (error or None) if not ok else None,
+                "ttft_ms": ttft * 1e3 if ok else None,
+                "tpot_ms": (latency - ttft) / (out - 1) * 1e3 if ok and out > 1 else None,
+                "e2e_ms": latency * 1e3 if ok else None,
+                "itl_ms": [x * 1e3 for x in itl] if ok else None,
+                "start_s": _at(detailed, "start_times", i) - t0 if _at(detailed, "start_times", i) else None,
+                "queue_ms": (q * 1e3 if (q := _at(detailed, "queue_times", i)) is not None else None),
+            }
+        )
+    return records
+
+
+def _at(detailed: Mapping, key: str, i: int):
+    values = detailed.get(key) or []
+    return values[i] if i < len(values) else None
+
+
+def level_record(
+    level: Level, order: int, detailed: Mapping, requests: list[dict], slo: Mapping, client_cpu: Mapping
+) -> dict:
+    """The level's figures from its requests, and why it is not judged if it is not."""
+    ok = [r for r in requests if r["ok"]]
+    duration = float(detailed.get("duration") or 0.0)
+    out_tokens = sum(r["output_tokens"] for r in ok)
+    record: dict = {
+        "level": level.key,
+        "load_kind": level.kind,
+        "load_value": level.value,
+        "order": order,
+        "requests": len(requests),
+        "failed": len(requests) - len(ok),
+        "duration_s": duration,
+        "request_s": len(ok) / duration if duration > 0 else None,
+        "output_tok_s": out_tokens / duration if duration > 0 else None,
+        "client_cpu_pct": client_cpu.get("client_cpu_pct"),
+        "client_thread_pct": client_cpu.get("client_thread_pct"),
+        "max_in_flight": detailed.get("max_concurrent_requests"),
+    }
+    series = {
+        "ttft": [r["ttft_ms"] for r in ok],
+        "tpot": [r["tpot_ms"] for r in ok if r["tpot_ms"] is not None],
+        "itl": [x for r in ok for x in r["itl_ms"] or []],
+        "e2e": [r["e2e_ms"] for r in ok],
+    }
+    for name, values in series.items():
+        for q in PERCENTILES:
+            record[f"{name}_p{q}_ms"] = _pct(values, q)
+    good = [r for r in ok if meets(r, slo)]
+    record["goodput_req_s"] = len(good) / duration if duration > 0 else None
+    starts = sorted(r["start_s"] for r in requests if r["start_s"] is not None)
+    sent = (len(starts) - 1) / (starts[-1] - starts[0]) if len(starts) > 1 and starts[-1] > starts[0] else None
+    fastest = min(series["e2e"], default=0.0) / 1e3
+    held = len(ok) / (duration - fastest) if duration > fastest else None
+    record.update(
+        asked_rate=level.value if level.kind == "rate" else None,
+        sent_rate=sent if level.kind == "rate" else None,
+        achieved_rate=held if level.kind == "rate" else None,
+    )
+    record["flags"] = level_flags(record)
+    record["slo_met"] = slo_met(record, slo) if not record["flags"] or record["flags"] == ["saturated"] else None
+    return record
+
+
+def meets(request: Mapping, slo: Mapping) -> bool:
+    """One request within the SLO's TTFT and TPOT (vLLM's goodput rule)."""
+    tpot = request["tpot_ms"] or 0.0
+    return request["ttft_ms"] <= slo["ttft_ms"] and tpot <= slo["tpot_ms"]
+
+
+def level_flags(record: Mapping) -> list[str]:
+    """Why a level's latencies are not judged: a request failed, the load
+    generator was CPU-bound, or (open loop) the server did not hold the rate."""
+    flags = []
+    if record["failed"]:
+        flags.append("failed_requests")
+    busiest = max((record.get(k) or 0.0 for k in ("client_cpu_pct", "client_thread_pct")), default=0.0)
+    if busiest >= CLIENT_BUSY_PCT:
+        flags.append("client_bound")
+    sent, held = record.get("sent_rate"), record.get("achieved_rate")
+    if record["load_kind"] == "rate" and sent and held is not None and held < HELD_SHARE * sent:
+        flags.append("saturated")
+    return flags
+
+
+def slo_margin(record: Mapping, slo: Mapping) -> float | None:
+    """How far the level is from its SLO at the SLO's percentile: the larger
+    of TTFT/limit and TPOT/limit (<= 1 meets it)."""
+    q = slo["percentile"]
+    ttft, tpot = record.get(f"ttft_p{q}_ms"), record.get(f"tpot_p{q}_ms")
+    if ttft is None:
+        return None
+    return max(ttft / slo["ttft_ms"], (tpot or 0.0) / slo["tpot_ms"])
+
+
+def slo_met(record: Mapping, slo: Mapping) -> bool | None:
+    if "saturated" in (record.get("flags") or []):
+        return False  # the queue grew: no latency percentile of it holds for longer
+    margin = slo_margin(record, slo)
+    return None if margin is None else margin <= 1.0
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """The highest load of one kind a run held within its SLO: ``value``
+    where it crossed between two levels, or a bound (``above`` the highest
+    level, ``below`` the lowest), or ``unknown`` (a level it needed was not judged)."""
+
+    kind: str
+    value: float | None
+    bound: str | None = None  # "above", "below", "unknown"
+
+    def describe(self) -> str:
+        unit = "in flight" if self.kind == "concurrency" else "req/s"
+        if self.value is not None:
+            return f"{self.value:.3g} {unit}"
+        return f"{self.bound} the levels tried"
+
+
+def run_capacity(records: list[Mapping], kind: str, slo: Mapping) -> Capacity | None:
+    """Capacity of one run on one kind of level, from its levels ascending.
+
+    Between the last level that met the SLO and the first that did not,
+    log(margin) is interpolated linearly in the load: the load at which the
+    margin reaches 1. A saturated open-loop level failed (it did not hold the
+    rate); a level not judged for another reason stops the search.
+    """
+    levels = sorted((r for r in records if r["load_kind"] == kind), key=lambda r: r["load_value"])
+    if not levels:
+        return None
+    last_ok = None
+    for record in levels:
+        met = record.get("slo_met")
+        if met is None:
+            return Capacity(kind, None, "unknown")
+        if not met:
+            if last_ok is None:
+                return Capacity(kind, None, "below")
+            return Capacity(kind, _crossing(last_ok, record, slo))
+        last_ok = record
+    return Capacity(kind, None, "above")
+
+
+def _crossing(ok: Mapping, failed: Mapping, slo: Mapping) -> float:
+    low, high = ok["load_value"], failed["load_value"]
+    m_low, m_high = slo_margin(ok, slo), slo_margin(failed, slo)
+    if m_low is None or m_high is None or m_low <= 0 or m_high <= 1.0 or m_high <= m_low:
+        return low  # no margin to interpolate on (a saturated level): the last level that held
+    share = (0.0 - math.log(m_low)) / (math.log(m_high) - math.log(m_low))
+    return low + (high - low) * min(max(share, 0.0), 1.0)
+
+
+def metrics_summary(samples: list[tuple[float, dict[str, float]]]) -> dict[str, dict[str, float]]:
+    """A level's server metrics scraped from ``/metrics`` (time, name -> value):
+    per metric its mean, max and last-first change (a counter's increase)."""
+    names = sorted({n for _, values in samples for n in values})
+    out = {}
+    for name in names:
+        seen = [values[name] for _, values in samples if name in values]
+        out[name] = {"mean": float(np.mean(seen)), "max": float(max(seen)), "change": float(seen[-1] - seen[0])}
+    return out
+
+
+# the server gauges and counters kept per level (the rest of /metrics is not stored)
+KEPT_METRICS = (
+    "vllm:num_requests_running",
+    "vllm:num_requests_waiting",
+    "vllm:kv_cache_usage_perc",
+    "vllm:num_preemptions_total",
+    "vllm:prompt_tokens_total",
+    "vllm:generation_tokens_total",
+    "llamacpp:requests_processing",
+    "llamacpp:requests_deferred",
+    "llamacpp:kv_cache_usage_ratio",
+    "llamacpp:kv_cache_tokens",
+    "llamacpp:n_busy_slots_per_decode",
+    "llamacpp:prompt_tokens_total",
+    "llamacpp:tokens_predicted_total",
+)
+
+
+def parse_metrics(text: str) -> dict[str, float]:
+    """The kept metrics of one ``/metrics`` scrape (Prometheus text format),
+    summed over their label sets."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    found: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name in KEPT_METRICS and not math.isnan(sample.value):
+                found[sample.name] = found.get(sample.name, 0.0) + float(sample.value)
+    return found
+
+
+def dumps(value) -> str:
+    return json.dumps(value, sort_keys=True, allow_nan=False)

@@ -1,0 +1,117 @@
+"""What a sweep's serving arms concluded: per load level, each arm against
+the baseline by the same verdict rule as every metric (runs, i.e. server
+starts, are the units: a level is run once per start), and each arm's
+capacity under its SLO with an interval over its runs.
+
+A level flagged by :func:`omni.load_levels.level_flags` (a failed request,
+a CPU-bound load generator, an open-loop rate the server did not hold) is
+left out of the verdicts and counted beside them: its latencies may be the
+client's or the queue's, not the server's.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from omni.load_levels import Level
+from omni.stats import Comparison, Summary, compare, summarize
+from omni.store import load_side_table
+
+# per level, what is judged, and which way is better
+LEVEL_METRICS = {
+    "output_tok_s": "higher",
+    "ttft_p50_ms": "lower",
+    "ttft_p99_ms": "lower",
+    "tpot_p50_ms": "lower",
+    "tpot_p99_ms": "lower",
+}
+CAPACITY_KINDS = ("concurrency", "rate")
+
+
+@dataclass(frozen=True)
+class ServingSummary:
+    baseline: str | None
+    arms: tuple[str, ...]
+    levels: tuple[str, ...]  # level keys, closed-loop ones first, each ascending
+    cells: dict[tuple[str, str, str], Summary]  # (arm, level, metric)
+    judged: dict[tuple[str, str, str], Comparison]  # arm != baseline
+    flagged: dict[tuple[str, str], list[str]]  # (arm, level) -> flags of its levels left out
+    capacity: dict[tuple[str, str], Summary]  # (arm, kind)
+    capacity_judged: dict[tuple[str, str], Comparison] = field(default_factory=dict)
+    bounds: dict[tuple[str, str], list[str]] = field(default_factory=dict)  # (arm, kind) -> runs' bounds
+    slo: dict[str, dict] = field(default_factory=dict)  # arm -> its SLO
+    points: dict[tuple[str, str], dict[str, list[float]]] = field(default_factory=dict)  # (arm, level) -> values
+
+
+def level_sort_key(key: str) -> tuple[int, float]:
+    kind, value = key.split("=", 1)
+    return (0 if kind == "c" else 1, float(value))
+
+
+def serving_summary(
+    results, sweep_id: str, ok: pd.DataFrame, baseline: str | None, min_effect: float = 0.05, confidence: float = 0.95
+) -> ServingSummary | None:
+    """The serving part of a sweep's summary, from its ok runs' levels; None
+    when it has no serving arm."""
+    levels = load_side_table(results, "levels", sweep_id)
+    levels = levels[levels["run_id"].isin(set(ok["run_id"]))]
+    if levels.empty:
+        return None
+    arms = tuple(a for a in dict.fromkeys(ok["arm"]) if a in set(levels["arm"]))
+    keys = tuple(sorted(set(levels["level"]), key=level_sort_key))
+    judged_rows = levels[[len(f) == 0 if f is not None else True for f in levels["flags"]]]
+    cells, judged, flagged, points = {}, {}, {}, {}
+    for arm in arms:
+        for key in keys:
+            mine = levels[(levels["arm"] == arm) & (levels["level"] == key)]
+            flags = [f for fl in mine["flags"] for f in (fl if fl is not None else [])]
+            if flags:
+                flagged[(arm, key)] = flags
+            good = judged_rows[(judged_rows["arm"] == arm) & (judged_rows["level"] == key)]
+            points[(arm, key)] = {m: [float(v) for v in good[m].dropna()] for m in LEVEL_METRICS}
+            for metric in LEVEL_METRICS:
+                cells[(arm, key, metric)] = summarize(points[(arm, key)][metric])
+    for arm in arms:
+        if not baseline or arm == baseline or baseline not in arms:
+            continue
+        for key in keys:
+            for metric, better in LEVEL_METRICS.items():
+                judged[(arm, key, metric)] = compare(
+                    points[(baseline, key)][metric],
+                    points[(arm, key)][metric],
+                    better=better,
+                    min_effect=min_effect,
+                    confidence=confidence,
+                )
+    capacity, capacity_judged, bounds, slo = {}, {}, {}, {}
+    for arm in arms:
+        rows = ok[ok["arm"] == arm]
+        if "slo" in rows.columns and rows["slo"].notna().any():
+            slo[arm] = _json(rows["slo"].dropna().iloc[0])
+        for kind in CAPACITY_KINDS:
+            column = f"capacity_{kind}"
+            if column not in rows.columns or not levels[(levels["arm"] == arm)]["load_kind"].eq(kind).any():
+                continue
+            capacity[(arm, kind)] = summarize(rows[column].tolist())
+            stated = [_json(b) for b in rows["capacity_bounds"].dropna()] if "capacity_bounds" in rows.columns else []
+            bounds[(arm, kind)] = [b[kind] for b in stated if b.get(kind)]
+    for arm, kind in capacity:
+        if baseline and arm != baseline and (baseline, kind) in capacity:
+            base = ok.loc[ok["arm"] == baseline, f"capacity_{kind}"].tolist()
+            mine = ok.loc[ok["arm"] == arm, f"capacity_{kind}"].tolist()
+            capacity_judged[(arm, kind)] = compare(
+                base, mine, better="higher", min_effect=min_effect, confidence=confidence
+            )
+    return ServingSummary(baseline, arms, keys, cells, judged, flagged, capacity, capacity_judged, bounds, slo, points)
+
+
+def _json(value) -> dict:
+    return json.loads(value) if isinstance(value, str) else dict(value or {})
+
+
+def level_of(key: str) -> Level:
+    kind, value = key.split("=", 1)
+    return Level("concurrency" if kind == "c" else "rate", float(value))

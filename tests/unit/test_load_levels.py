@@ -1,0 +1,220 @@
+"""Serving arms without a server: the spec, the client's CPUs, the load
+generator's flags, what a level stores and flags, and capacity under the SLO."""
+
+import math
+
+import pytest
+
+from omni.errors import OmniError, SpecError
+from omni.load_levels import (
+    Level,
+    arm_levels,
+    client_flags,
+    level_order,
+    level_record,
+    metrics_summary,
+    parse_metrics,
+    request_records,
+    run_capacity,
+    slo_margin,
+)
+from omni.spec import validate_sweep
+from omni.topology import allocate_slots, format_cpulist, read_topology
+from tests.conftest import xeon_8480c_2s
+
+SLO = {"ttft_ms": 2000.0, "tpot_ms": 100.0, "percentile": 99}
+NO_CLIENT_LOAD = {"client_cpu_pct": 20.0, "client_thread_pct": 30.0}
+
+
+def serving_spec(**slots):
+    arm = {"name": "s", "engine": "vllm", "model": "tiny-llama", "load": {"concurrency": [4, 1]}}
+    return {"name": "serve", "slots": slots, "arms": [arm]}
+
+
+def test_a_serving_arm_gets_levels_ascending_and_a_stated_slo():
+    sweep = validate_sweep(serving_spec(cores=1, client_cores=1))
+    load = sweep.arms[0].load
+    assert load.concurrency == [1, 4] and load.rate == []
+    assert (load.slo.ttft_ms, load.slo.tpot_ms, load.slo.percentile) == (2000.0, 100.0, 99)
+    assert [lv.key for lv in arm_levels(load.model_dump())] == ["c=1", "c=4"]
+
+
+@pytest.mark.parametrize(
+    "slots, arm_extra, message",
+    [
+        ({"cores": 1}, {}, "needs CPUs for its load generator"),
+        ({"cpus": "0-1", "client_cpus": "1"}, {}, r"would share CPU\(s\) 1 with the server"),
+        ({"cpus": "0", "client_cores": 1}, {}, "name the load generator's too"),
+        ({"cores": 1, "client_cores": 1}, {"engine": "synthetic", "model": None}, "has no server"),
+        ({"cores": 1, "client_cores": 1}, {"profile": {"steps": 4}}, "not profiled"),
+        ({"cores": 1, "client_cores": 1}, {"load": {"concurrency": []}}, "name at least one level"),
+        ({"cores": 1, "client_cores": 1}, {"load": {"rate": [0]}}, "> 0"),
+    ],
+)
+def test_bad_serving_specs_are_refused_before_anything_runs(slots, arm_extra, message):
+    spec = serving_spec(**slots)
+    spec["arms"][0].update(arm_extra)
+    with pytest.raises(SpecError, match=message):
+        validate_sweep(spec)
+
+
+def test_client_cores_are_whole_cores_of_the_slot_node_apart_from_the_server(tmp_path):
+    topo = read_topology(xeon_8480c_2s(tmp_path))
+    slots = allocate_slots(topo, cores=4, client_cores=2)
+    first = slots[0]
+    assert format_cpulist(first.cpus) == "0-3" and first.siblings == (112, 113, 114, 115)
+    assert format_cpulist(first.client) == "4-5,116-117" and first.client_mems == (0,)
+    assert slots[1].node == 1 and format_cpulist(slots[1].client) == "60-61,172-173"
+    assert set(first.owned) >= set(first.client)  # busy-checked and locked with the slot
+    for a in slots:
+        for b in slots:
+            assert a is b or not set(a.owned) & set(b.owned)
+
+
+def test_an_explicit_client_on_a_sibling_of_the_server_is_refused(tmp_path):
+    topo = read_topology(xeon_8480c_2s(tmp_path))
+    with pytest.raises(OmniError, match="shares physical cores with the server"):
+        allocate_slots(topo, cpus=[[0, 1]], client_cpus=[[112]])
+    ok = allocate_slots(topo, cpus=[[0, 1]], client_cpus=[[2]])[0]
+    assert ok.client == (2, 114)
+
+
+def test_levels_run_in_a_seeded_order_per_run():
+    levels = [Level("concurrency", c) for c in (1, 2, 4, 8)]
+    assert level_order(levels, 7, "run-a") == level_order(levels, 7, "run-a")
+    orders = {tuple(lv.key for lv in level_order(levels, 7, f"run-{i}")) for i in range(12)}
+    assert len(orders) > 3  # not one fixed order: a level's place in a server's life varies
+    assert sorted(level_order(levels, 7, "run-a"), key=lambda lv: lv.value) == levels
+
+
+def test_client_flags_closed_and_open_loop():
+    load = {"range_ratio": 0.1, "requests": 16, "warmup": 2, "seed": 3, "burstiness": 1.0, "slo": SLO}
+    common = {"prompt_len": 128, "max_tokens": 64, "model": "m", "tokenizer": "/t", "base_url": "http://h:1"}
+    closed = client_flags(Level("concurrency", 4), load, **common)
+    assert closed[closed.index("--max-concurrency") + 1] == "4"
+    assert closed[closed.index("--request-rate") + 1] == "inf"
+    assert "--ignore-eos" in closed and "--save-detailed" in closed
+    assert closed[closed.index("--goodput") + 1 : closed.index("--goodput") + 3] == ["ttft:2000", "tpot:100"]
+    opened = client_flags(Level("rate", 0.5), load, **common)
+    assert opened[opened.index("--request-rate") + 1] == "0.5" and "--max-concurrency" not in opened
+
+
+def detailed(n=8, ttft=0.05, per_token=0.01, out=16, gap=0.5, errors=(), duration=None):
+    """A --save-detailed result: requests sent every ``gap`` s, each ``ttft``
+    then ``out - 1`` tokens ``per_token`` apart."""
+    latency = ttft + per_token * (out - 1)
+    starts = [100.0 + gap * i for i in range(n)]
+    return {
+        "duration": duration if duration is not None else gap * (n - 1) + latency,
+        "errors": ["boom" if i in errors else "" for i in range(n)],
+        "ttfts": [0.0 if i in errors else ttft for i in range(n)],
+        "latencies": [0.0 if i in errors else latency for i in range(n)],
+        "output_lens": [0 if i in errors else out for i in range(n)],
+        "input_lens": [128] * n,
+        "itls": [[] if i in errors else [per_token] * (out - 1) for i in range(n)],
+        "start_times": starts,
+        "queue_times": [0.0] * n,
+        "max_concurrent_requests": 1,
+    }
+
+
+def test_a_level_computes_its_figures_from_its_requests():
+    level = Level("concurrency", 1)
+    reqs = request_records(level, detailed())
+    assert len(reqs) == 8 and all(r["ok"] for r in reqs)
+    assert reqs[0]["tpot_ms"] == pytest.approx(10.0) and reqs[0]["ttft_ms"] == pytest.approx(50.0)
+    assert reqs[3]["start_s"] == pytest.approx(1.5)
+    record = level_record(level, 0, detailed(), reqs, SLO, NO_CLIENT_LOAD)
+    assert record["flags"] == [] and record["slo_met"] is True
+    assert record["tpot_p99_ms"] == pytest.approx(10.0) and record["itl_p50_ms"] == pytest.approx(10.0)
+    assert record["output_tok_s"] == pytest.approx(8 * 16 / record["duration_s"])
+    assert record["goodput_req_s"] == pytest.approx(record["request_s"])
+    strict = {**SLO, "tpot_ms": 5.0}
+    assert level_record(level, 0, detailed(), reqs, strict, NO_CLIENT_LOAD)["goodput_req_s"] == 0.0
+
+
+def test_failed_requests_and_a_busy_client_leave_a_level_unjudged():
+    level = Level("concurrency", 2)
+    data = detailed(errors=(3,))
+    reqs = request_records(level, data)
+    assert reqs[3]["ok"] is False and reqs[3]["error"] == "boom" and reqs[3]["ttft_ms"] is None
+    record = level_record(level, 0, data, reqs, SLO, NO_CLIENT_LOAD)
+    assert record["failed"] == 1 and record["flags"] == ["failed_requests"] and record["slo_met"] is None
+    busy = level_record(level, 0, detailed(), request_records(level, detailed()), SLO, {"client_thread_pct": 97.0})
+    assert busy["flags"] == ["client_bound"] and busy["slo_met"] is None
+
+
+def test_a_rate_the_server_cannot_hold_is_saturated_and_fails_its_slo():
+    level = Level("rate", 2.0)
+    held = detailed(gap=0.5)
+    assert level_record(level, 0, held, request_records(level, held), SLO, NO_CLIENT_LOAD)["flags"] == []
+    # sent at 2 req/s, but the last one done 8 s after the last was sent: the queue grew
+    queued = detailed(gap=0.5, duration=3.5 + 8.0)
+    record = level_record(level, 0, queued, request_records(level, queued), SLO, NO_CLIENT_LOAD)
+    assert record["sent_rate"] == pytest.approx(2.0)
+    assert record["achieved_rate"] < 0.9 * record["sent_rate"]
+    assert record["flags"] == ["saturated"] and record["slo_met"] is False
+
+
+def levels_at(kind, margins):
+    """Level records whose p99 TPOT is ``margin`` x the SLO's."""
+    return [
+        {
+            "load_kind": kind,
+            "load_value": value,
+            "ttft_p99_ms": 10.0,
+            "tpot_p99_ms": margin * SLO["tpot_ms"],
+            "flags": [],
+            "slo_met": margin <= 1.0,
+        }
+        for value, margin in margins
+    ]
+
+
+def test_capacity_interpolates_the_log_margin_between_the_levels_around_the_slo():
+    records = levels_at("concurrency", [(1, 0.25), (2, 0.5), (4, 2.0), (8, 4.0)])
+    capacity = run_capacity(records, "concurrency", SLO)
+    # log margin goes from log 0.5 at 2 to log 2 at 4: it crosses 0 half way
+    assert capacity.value == pytest.approx(3.0) and capacity.bound is None
+    assert slo_margin(records[2], SLO) == pytest.approx(2.0)
+    assert run_capacity(levels_at("concurrency", [(1, 0.5), (2, 0.9)]), "concurrency", SLO).bound == "above"
+    assert run_capacity(levels_at("concurrency", [(1, 1.5), (2, 3.0)]), "concurrency", SLO).bound == "below"
+    unjudged = levels_at("rate", [(1, 0.5), (2, 0.8), (4, 2.0)])
+    unjudged[1].update(flags=["client_bound"], slo_met=None)
+    assert run_capacity(unjudged, "rate", SLO).bound == "unknown"
+    assert run_capacity(records, "rate", SLO) is None
+
+
+def test_a_saturated_level_bounds_capacity_at_the_last_level_held():
+    records = levels_at("rate", [(1, 0.5), (2, 0.6)])
+    records[1].update(flags=["saturated"], slo_met=False)
+    assert run_capacity(records, "rate", SLO).value == 1
+
+
+PROMETHEUS = """# HELP vllm:num_requests_running Number of requests in model execution batches.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="m"} 3.0
+# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.
+# TYPE vllm:kv_cache_usage_perc gauge
+vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.25
+# HELP vllm:num_preemptions_total Cumulative number of preemption from the engine.
+# TYPE vllm:num_preemptions_total counter
+vllm:num_preemptions_total{engine="0",model_name="m"} 2.0
+# HELP python_gc_objects_collected_total Objects collected during gc
+# TYPE python_gc_objects_collected_total counter
+python_gc_objects_collected_total{generation="0"} 100.0
+"""
+
+
+def test_server_metrics_keep_the_serving_gauges_and_summarize_a_level():
+    first = parse_metrics(PROMETHEUS)
+    assert first == {
+        "vllm:num_requests_running": 3.0,
+        "vllm:kv_cache_usage_perc": 0.25,
+        "vllm:num_preemptions_total": 2.0,
+    }
+    later = {**first, "vllm:num_requests_running": 1.0, "vllm:num_preemptions_total": 5.0}
+    summary = metrics_summary([(0.0, first), (1.0, later)])
+    assert summary["vllm:num_requests_running"] == {"mean": 2.0, "max": 3.0, "change": -2.0}
+    assert summary["vllm:num_preemptions_total"]["change"] == 3.0
+    assert not math.isnan(summary["vllm:kv_cache_usage_perc"]["mean"])
