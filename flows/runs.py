@@ -7,6 +7,8 @@ Runs go to the slots concurrently (one run per slot, plan order,
 
 from __future__ import annotations
 
+import json
+
 import os
 
 from prefect import get_run_logger, task
@@ -32,8 +34,24 @@ def run_arm_task(context: RunContext, item: PlanItem) -> dict:
         log.info("%s: %s", message, row.get("error"))
     elif row["status"] != "ok":
         log.warning("%s: %s", message, row.get("error"))
+    elif row.get("load_levels") is not None:  # a serving run: levels, not one batch
+        log.info("%s, %d load level(s), %s", message, row["load_levels"], capacity_text(row))
     else:
         log.info("%s, decode %.1f tok/s", message, row.get("decode_tok_s") or float("nan"))
+
+
+def capacity_text(row: dict) -> str:
+    """A serving run's capacity per kind of level, a figure or its bound."""
+    bounds = row.get("capacity_bounds") or {}
+    bounds = json.loads(bounds) if isinstance(bounds, str) else bounds
+    parts = []
+    for kind in ("concurrency", "rate"):
+        value = row.get(f"capacity_{kind}")
+        if value is not None:
+            parts.append(f"capacity {value:.3g} ({kind})")
+        elif kind in bounds:
+            parts.append(f"capacity {bounds[kind]} the {kind} levels")
+    return ", ".join(parts) or "no capacity"
     return row_outcome(row)
 
 

@@ -150,10 +150,35 @@ def _at(detailed: Mapping, key: str, i: int):
     return values[i] if i < len(values) else None
 
 
+PROMPT_COUNTERS = ("vllm:prompt_tokens_total", "llamacpp:prompt_tokens_total")
+# the server's prompt tokens over a level may differ from the client's count by this share
+PROMPT_TOKENS_SLACK = 0.01
+
+
+def server_prompt_tokens(server_metrics: Mapping) -> float | None:
+    """Prompt tokens the server counted over the level (its counter's change)."""
+    for name in PROMPT_COUNTERS:
+        if name in server_metrics:
+            return server_metrics[name]["change"]
+    return None
+
+
 def level_record(
-    level: Level, order: int, detailed: Mapping, requests: list[dict], slo: Mapping, client_cpu: Mapping
+    level: Level,
+    order: int,
+    detailed: Mapping,
+    requests: list[dict],
+    slo: Mapping,
+    client_cpu: Mapping,
+    server_metrics: Mapping | None = None,
+    warmup: int = 0,
 ) -> dict:
-    """The level's figures from its requests, and why it is not judged if it is not."""
+    """The level's figures from its requests, and why it is not judged if it is not.
+
+    ``server_metrics`` (:func:`metrics_summary` of the level's scrapes): the
+    prompt tokens the server counted are checked against the client's count,
+    the measured requests' and the warm-up's (``vllm bench serve`` warms up
+    with its first request, ``warmup`` times)."""
     ok = [r for r in requests if r["ok"]]
     duration = float(detailed.get("duration") or 0.0)
     out_tokens = sum(r["output_tokens"] for r in ok)
@@ -191,6 +216,10 @@ def level_record(
         sent_rate=sent if level.kind == "rate" else None,
         achieved_rate=held if level.kind == "rate" else None,
     )
+    counted = server_prompt_tokens(server_metrics or {})
+    first = requests[0]["input_tokens"] if requests and requests[0]["input_tokens"] else 0
+    record["client_prompt_tokens"] = sum(r["input_tokens"] or 0 for r in requests) + warmup * first
+    record["server_prompt_tokens"] = counted
     record["flags"] = level_flags(record)
     record["slo_met"] = slo_met(record, slo) if not record["flags"] or record["flags"] == ["saturated"] else None
     return record
@@ -204,13 +233,18 @@ def meets(request: Mapping, slo: Mapping) -> bool:
 
 def level_flags(record: Mapping) -> list[str]:
     """Why a level's latencies are not judged: a request failed, the load
-    generator was CPU-bound, or (open loop) the server did not hold the rate."""
+    generator was CPU-bound, the server counted other prompt tokens than the
+    client sent (its tokenizer splits the text otherwise: the lengths are not
+    the arm's), or (open loop) the server did not hold the rate."""
     flags = []
     if record["failed"]:
         flags.append("failed_requests")
     busiest = max((record.get(k) or 0.0 for k in ("client_cpu_pct", "client_thread_pct")), default=0.0)
     if busiest >= CLIENT_BUSY_PCT:
         flags.append("client_bound")
+    counted, sent_tokens = record.get("server_prompt_tokens"), record.get("client_prompt_tokens")
+    if counted is not None and sent_tokens and abs(counted - sent_tokens) > PROMPT_TOKENS_SLACK * sent_tokens:
+        flags.append("prompt_tokens_mismatch")
     sent, held = record.get("sent_rate"), record.get("achieved_rate")
     if record["load_kind"] == "rate" and sent and held is not None and held < HELD_SHARE * sent:
         flags.append("saturated")

@@ -147,11 +147,29 @@ def write_safetensors(path: Path, tensors: dict[str, np.ndarray]) -> None:
             f.write(np.ascontiguousarray(tensors[name]).tobytes())
 
 
+# The word tokens are "▁" and one character (CJK ideographs, then Hangul
+# syllables), then "▁" and two: text decoded from any of them tokenizes back to
+# the same ids in both tokenizers, the HF one the load generator counts with
+# and llama.cpp's SentencePiece one (which builds "▁AB" from "▁", "▁A"
+# and "B", each in the vocabulary), so a server is sent the prompt length
+# the client counted.
+WORD_CHARS = "".join(chr(c) for lo, hi in ((0x4E00, 0x9FFF), (0xAC00, 0xD7A3)) for c in range(lo, hi + 1))
+
+
+def word(i: int) -> str:
+    if i < len(WORD_CHARS):
+        return f"\u2581{WORD_CHARS[i]}"
+    first, second = divmod(i - len(WORD_CHARS), len(WORD_CHARS))
+    return f"\u2581{WORD_CHARS[first]}{WORD_CHARS[second]}"
+
+
+def byte_tokens() -> list[str]:
+    return [f"<0x{b:02X}>" for b in range(N_BYTES)]
+
+
 def vocabulary(shape: Shape) -> list[str]:
     specials = ["<unk>", "<s>", "</s>"]
-    byte_tokens = [f"<0x{b:02X}>" for b in range(N_BYTES)]
-    words = [f"\u2581t{i}" for i in range(shape.vocab - N_SPECIAL - N_BYTES)]
-    return specials + byte_tokens + words
+    return specials + byte_tokens() + [word(i) for i in range(shape.vocab - N_SPECIAL - N_BYTES)]
 
 
 def hf_config(shape: Shape) -> dict:
@@ -198,9 +216,11 @@ def write_tokenizer(out: Path, shape: Shape) -> None:
             for i, t in enumerate(["<unk>", "<s>", "</s>"])
         ],
         "normalizer": None,
-        "pre_tokenizer": {"type": "WhitespaceSplit"},
+        # words are "▁" + characters: text is the characters, a space before
+        # each word but the first, as SentencePiece writes it
+        "pre_tokenizer": {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "always", "split": True},
         "post_processor": None,
-        "decoder": None,
+        "decoder": {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "always", "split": True},
         "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "<unk>"},
     }
     (out / "tokenizer.json").write_text(json.dumps(tokenizer, sort_keys=True))
@@ -213,7 +233,12 @@ def write_tokenizer(out: Path, shape: Shape) -> None:
     }
     (out / "tokenizer_config.json").write_text(json.dumps(config, sort_keys=True))
     (out / "special_tokens_map.json").write_text(
-        json.dumps({"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}, sort_keys=True)
+        # the byte tokens are special to HF: no text decodes to them in both
+        # tokenizers alike, and a load generator samples prompts from the rest
+        json.dumps(
+            {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "additional_special_tokens": byte_tokens()},
+            sort_keys=True,
+        )
     )
 
 

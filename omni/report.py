@@ -166,6 +166,11 @@ def summary_markdown(summary: SweepSummary) -> str:
     return "\n".join(lines) + "\n"
 
 
+BOUND_TEXT = {
+    "above": "above the levels tried (every level met the SLO)",
+    "below": "below the levels tried (none met the SLO)",
+    "unknown": "unknown (a level it needed was not judged)",
+}
 LEVEL_COLUMNS = (("output_tok_s", "output tok/s"), ("ttft_p99_ms", "TTFT p99 ms"), ("tpot_p99_ms", "TPOT p99 ms"))
 
 
@@ -206,7 +211,7 @@ def serving_markdown(serving: ServingSummary) -> list[str]:
         text += f"{format_number(cell.median)} {unit} {_spread(cell)} over {cell.n} run(s)" if cell.n else "no figure"
         if bounds:
             counts = {b: bounds.count(b) for b in dict.fromkeys(bounds)}
-            text += "; " + ", ".join(f"{n} run(s) {b} the levels tried" for b, n in counts.items())
+            text += "; " + ", ".join(f"{n} run(s) {BOUND_TEXT[b]}" for b, n in counts.items())
         if slo:
             text += f" (SLO: TTFT {slo['ttft_ms']:g} ms and TPOT {slo['tpot_ms']:g} ms at p{slo['percentile']})"
         if (arm, kind) in serving.capacity_judged:

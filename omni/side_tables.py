@@ -90,6 +90,8 @@ LEVEL_SCHEMA = pa.schema(
         ("max_in_flight", _I32),
         ("client_cpu_pct", _F64),
         ("client_thread_pct", _F64),
+        ("client_prompt_tokens", _F64),
+        ("server_prompt_tokens", _F64),
         ("flags", pa.list_(_STR)),
         ("slo_met", _BOOL),
         ("server_metrics", _STR),

@@ -476,9 +476,9 @@ def server_flags(arm: dict) -> list[str]:
         "--metrics",
         "--no-webui",
         "--no-cache-prompt",
+        "--load-mode",
+        "mmap" if params["mmap"] else "none",  # as set_load_mode sets it
     ]
-    if not params["mmap"]:
-        flags.append("--no-mmap")
     if not params["repack"]:
         flags.append("--no-repack")
     return flags

@@ -24,6 +24,8 @@ from omni.spec.problems import Problem, plain_text, problem, validation_error
 
 CONTROL_SUFFIX = ".control"
 DEFAULT_PRIMARY_METRICS = ("decode_tok_s", "ttft_ms", "rss_anon_steady_mb")
+# a sweep of serving arms only: what a server is for, and its memory under load
+SERVING_PRIMARY_METRICS = ("capacity_concurrency", "capacity_rate", "rss_anon_steady_mb")
 
 
 class Sweep(SpecModel):
@@ -125,6 +127,8 @@ class Sweep(SpecModel):
             problems += sweep._arm_problems()
         if problems:
             raise validation_error(cls.__name__, [relocate(p, origins) for p in problems])
+        if "primary_metrics" not in data and sweep.arms and all(a.load is not None for a in sweep.arms):
+            sweep = sweep.model_copy(update={"primary_metrics": list(SERVING_PRIMARY_METRICS)})
         return sweep._with_control()
 
     def _arm_problems(self) -> list[Problem]:

@@ -1,0 +1,177 @@
+"""omni's offline llama.cpp arm against ``llama-bench`` built from the same
+llama.cpp source (the llama.cpp env's ``bin/llama-bench``): same GGUF,
+prompt and generation lengths, threads, batch sizes, flash attention
+(auto on both), mmap and repack, pinned to the same CPUs with numactl, the
+pairs interleaved (which side goes first alternates).
+
+Per pair: omni's median prefill tok/s (batch x prompt / TTFT) and decode
+tok/s over its timed iterations, against llama-bench's pp<prompt> and
+tg<gen> averages over its repetitions. Prints each pair's ratios (omni /
+llama-bench), their medians and ranges, and each side's spread between
+starts ((max - min) / median of its per-start figures): agreement means the
+ratio's distance from 1 is within that noise.
+
+What each side times (read in ``tools/llama-bench/llama-bench.cpp`` and
+``omni/engines/llamacpp.py``): llama-bench's pp is one ``llama_decode`` of
+the prompt and a synchronize, no sampling; its tg is one ``llama_decode``
+per token and a synchronize, no sampling either. omni's TTFT ends when the
+first token has been sampled from the prompt's logits, and each of its
+decode steps includes sampling the step's token (greedy over the vocabulary)
+and filling the next batch: what a caller of the engine waits for. That
+sampling is the one difference left once the settings agree.
+
+    .venv/bin/python benchmarks/llamacpp_vs_llama_bench.py [--pairs 6] [--cpus 0] [--prompt 128 --gen 64]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import tempfile
+from pathlib import Path
+
+import yaml
+
+from omni.envs import env_dir
+from omni.placement import numactl_path, pin_argv
+from omni.request import SweepRequest
+from omni.store import load_iterations
+from omni.sweep import REPO_ROOT, prepare_sweep, run_and_store
+from omni.topology import allocate_slots, format_cpulist, read_topology
+
+
+def omni_arm(args: argparse.Namespace) -> dict:
+    return {
+        "name": "omni-llamacpp",
+        "engine": "llamacpp",
+        "model": "tiny-llama",
+        "context_len": args.prompt + args.gen,
+        "prompt_len": args.prompt,
+        "max_tokens": args.gen,
+        "batch_size": 1,
+        "threads": args.threads,
+        "params": {"gguf": args.gguf, "mmap": False, "repack": True, "warmup": 1, "iterations": args.reps},
+    }
+
+
+def run_omni(args: argparse.Namespace, work: Path, index: int) -> tuple[float, float]:
+    spec = {
+        "name": f"llama-bench-peer-{index}",
+        "passes": 1,
+        "slots": {"cpus": args.cpus},
+        "busy_wait_s": 60,
+        "arms": [omni_arm(args)],
+    }
+    path = work / f"omni-{index}.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    prepared = prepare_sweep(SweepRequest(spec=path, results=work / "results"))
+    (item,) = prepared.items
+    row = run_and_store(prepared.context, item)
+    if row["status"] != "ok":
+        raise SystemExit(f"omni's run failed: {row.get('error')}")
+    its = load_iterations(work / "results", prepared.sweep_id)
+    return float(its["prefill_tok_s"].median()), float(its["decode_tok_s"].median())
+
+
+def bench_argv(args: argparse.Namespace) -> list[str]:
+    gguf = REPO_ROOT / "models" / "tiny-llama" / f"tiny-llama-{args.gguf}.gguf"
+    return [
+        str(env_dir(REPO_ROOT, "llamacpp") / "bin" / "llama-bench"),
+        "-m",
+        str(gguf),
+        "-p",
+        str(args.prompt),
+        "-n",
+        str(args.gen),
+        "-t",
+        str(args.threads),
+        "-r",
+        str(args.reps),
+        "-ub",
+        str(max(args.prompt, 512)),  # as omni sets n_ubatch (omni.engines.llamacpp.new_context)
+        "-fa",
+        "auto",
+        "--load-mode",
+        "none",  # mmap: false
+        "--repack",
+        "1",
+        "-o",
+        "json",
+    ]
+
+
+def run_bench(args: argparse.Namespace, slot) -> tuple[float, float]:
+    argv, _ = pin_argv(slot, bench_argv(args), numactl_path())
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+    if done.returncode != 0:
+        raise SystemExit(f"llama-bench failed: {done.stderr[-2000:]}")
+    tests = json.loads(done.stdout)
+    pp = next(t for t in tests if t["n_prompt"] == args.prompt and t["n_gen"] == 0)
+    tg = next(t for t in tests if t["n_gen"] == args.gen and t["n_prompt"] == 0)
+    return float(pp["avg_ts"]), float(tg["avg_ts"])
+
+
+def spread(values: list[float]) -> float:
+    return (max(values) - min(values)) / statistics.median(values)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pairs", type=int, default=6)
+    parser.add_argument("--cpus", default="0")
+    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--prompt", type=int, default=128)
+    parser.add_argument("--gen", type=int, default=64)
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--gguf", default="bf16")
+    parser.add_argument("--json", type=Path, default=None, help="write the pairs and medians here")
+    args = parser.parse_args()
+    (slot,) = allocate_slots(read_topology("/"), cpus=[[int(c) for c in _cpus(args.cpus)]])
+    args.threads = args.threads or len(slot.cpus)
+    pairs = []
+    with tempfile.TemporaryDirectory(prefix="llama-bench-peer-") as tmp:
+        for i in range(args.pairs):
+            first_omni = i % 2 == 0
+            bench = None if first_omni else run_bench(args, slot)
+            mine = run_omni(args, Path(tmp), i)
+            bench = bench or run_bench(args, slot)
+            pairs.append({"omni_pp": mine[0], "omni_tg": mine[1], "bench_pp": bench[0], "bench_tg": bench[1]})
+            p = pairs[-1]
+            print(
+                f"pair {i} ({'omni' if first_omni else 'llama-bench'} first): prefill omni {p['omni_pp']:.0f} / "
+                f"pp{args.prompt} {p['bench_pp']:.0f} tok/s = x{p['omni_pp'] / p['bench_pp']:.3f}; decode omni "
+                f"{p['omni_tg']:.0f} / tg{args.gen} {p['bench_tg']:.0f} tok/s = x{p['omni_tg'] / p['bench_tg']:.3f}",
+                flush=True,
+            )
+    result = {"cpus": format_cpulist(slot.cpus), "threads": args.threads, "prompt": args.prompt, "gen": args.gen}
+    for kind, name in (("pp", "prefill"), ("tg", "decode")):
+        ratios = [p[f"omni_{kind}"] / p[f"bench_{kind}"] for p in pairs]
+        result[name] = {
+            "ratio_median": statistics.median(ratios),
+            "ratio_min": min(ratios),
+            "ratio_max": max(ratios),
+            "omni_median": statistics.median(p[f"omni_{kind}"] for p in pairs),
+            "bench_median": statistics.median(p[f"bench_{kind}"] for p in pairs),
+            "omni_between_starts": spread([p[f"omni_{kind}"] for p in pairs]),
+            "bench_between_starts": spread([p[f"bench_{kind}"] for p in pairs]),
+        }
+        r = result[name]
+        print(
+            f"{name}: omni/llama-bench x{r['ratio_median']:.3f} [{r['ratio_min']:.3f}-{r['ratio_max']:.3f}] over "
+            f"{len(pairs)} pairs; medians {r['omni_median']:.0f} vs {r['bench_median']:.0f} tok/s; between starts "
+            f"omni {r['omni_between_starts']:.1%}, llama-bench {r['bench_between_starts']:.1%}"
+        )
+    if args.json:
+        args.json.write_text(json.dumps({**result, "pairs": pairs}, indent=1))
+
+
+def _cpus(text: str) -> list[int]:
+    from omni.topology import parse_cpulist
+
+    return parse_cpulist(text)
+
+
+if __name__ == "__main__":
+    main()

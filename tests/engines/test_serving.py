@@ -1,0 +1,149 @@
+"""Serving arms end to end, as a user runs them: ``omni sweep
+arms/serve-smoke.yaml`` (vLLM's OpenAI server and llama-server, server on one
+core and ``vllm bench serve`` on the other, two concurrencies, two passes),
+then the faults a serving run must survive, on llama-server (it starts in a
+second). One sweep is shared by the tests that read it."""
+
+import json
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from omni.reaper import find_run_processes
+from omni.spec import load_spec
+from tests.conftest import REPO, omni
+
+SMOKE = REPO / "arms" / "serve-smoke.yaml"
+
+
+@pytest.fixture(scope="module")
+def serve_smoke(tmp_path_factory):
+    results = tmp_path_factory.mktemp("serve-smoke") / "results"
+    done = omni("sweep", str(SMOKE), "--results", str(results), timeout=1500)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return results, done.stdout
+
+
+@pytest.mark.timeout(1600)
+def test_serve_smoke_writes_levels_and_requests_pandas_reads(serve_smoke):
+    results, _ = serve_smoke
+    runs = pd.read_parquet(results / "runs")
+    assert len(runs) == 4 and set(runs["status"]) == {"ok"}, runs[["arm", "status", "error"]].to_string()
+    assert all(list(c) == [1] for c in runs["client_cpus"]) and all(list(c) == [0] for c in runs["cpus"])
+    assert runs["binding_ok"].all() and (runs["load_levels"] == 2).all()
+    assert runs["load_s"].gt(0).all() and runs["rss_anon_steady_mb"].gt(0).all()
+    levels = pd.read_parquet(results / "levels")
+    assert len(levels) == 8 and set(levels["level"]) == {"c=1", "c=8"}
+    assert levels["failed"].eq(0).all() and levels["output_tok_s"].gt(0).all()
+    assert levels["flags"].map(len).eq(0).all(), levels[["arm", "level", "flags"]]
+    # both servers counted the prompt tokens the client sent (the factory's tokenizers agree)
+    assert (levels["server_prompt_tokens"] == levels["client_prompt_tokens"]).all()
+    # 8 in flight on a server of 4 sequences: half of them wait for a sequence, TTFT grows
+    by = levels.groupby(["arm", "level"])["ttft_p50_ms"].median()
+    for arm in ("vllm-serve", "llamacpp-serve"):
+        assert by[(arm, "c=8")] > by[(arm, "c=1")]
+    assert set(levels.groupby("run_id")["order"].apply(sorted).map(tuple)) == {(0, 1)}
+    kv = [
+        json.loads(m).get("vllm:kv_cache_usage_perc")
+        for m in levels.loc[levels["arm"] == "vllm-serve", "server_metrics"]
+    ]
+    assert all(k is not None and k["max"] > 0 for k in kv), kv  # the KV in use under load, scraped
+    requests = pd.read_parquet(results / "requests")
+    assert len(requests) == 4 * 2 * 16 and requests["ok"].all()
+    assert (requests["input_tokens"] == 128).all()
+    assert (requests["output_tokens"] == 64).all()  # --ignore-eos: every answer max_tokens long
+    assert (requests["tpot_ms"] > 0).all() and (requests["ttft_ms"] > 0).all()
+
+
+@pytest.mark.timeout(1600)
+def test_serve_smoke_prints_level_verdicts_capacity_and_draws_the_curve(serve_smoke):
+    results, out = serve_smoke
+    assert "Serving levels" in out and "| c=4 | `llamacpp-serve` |" in out, out[-3000:]
+    assert "Capacity under the SLO" in out and "`vllm-serve` concurrency" in out
+    assert "SLO: TTFT 100 ms and TPOT 100 ms at p99" in out
+    runs = pd.read_parquet(results / "runs")
+    llama = runs[runs["arm"] == "llamacpp-serve"]
+    assert llama["engine_commit"].notna().all() and llama["engine_version"].str.startswith("llama-server").all()
+    (html,) = list(results.glob("summaries/*.html")) or list(results.rglob("*.html"))
+    page = html.read_text()
+    assert 'id="serving"' in page and 'id="curve-vllm-serve' in page and 'id="curve-llamacpp-serve' in page
+
+
+def llama_spec(tmp_path: Path, name: str, load: dict, slots=None) -> Path:
+    spec = yaml.safe_load(SMOKE.read_text())
+    arm = next(a for a in spec["arms"] if a["name"] == "llamacpp-serve")
+    spec.update(name=name, passes=1, arms=[{**arm, "load": load}])
+    spec.pop("baseline")
+    if slots:
+        spec["slots"] = slots
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    load_spec(path)  # a valid spec
+    return path
+
+
+@pytest.mark.timeout(600)
+def test_a_rate_the_server_cannot_hold_is_saturated_and_not_judged(tmp_path):
+    spec = llama_spec(tmp_path, "saturate", {"rate": [400], "requests": 48, "warmup": 1})
+    results = tmp_path / "results"
+    done = omni("sweep", str(spec), "--results", str(results), timeout=500)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    (level,) = pd.read_parquet(results / "levels").to_dict("records")
+    assert list(level["flags"]) == ["saturated"], level
+    assert level["achieved_rate"] < 0.9 * level["sent_rate"] and level["asked_rate"] == 400
+    assert not level["slo_met"]
+    assert "not judged: 1 run(s) saturated" in done.stdout
+
+
+def test_a_client_on_the_server_core_is_refused_before_anything_runs(tmp_path):
+    spec = tmp_path / "same-core.yaml"
+    data = yaml.safe_load(SMOKE.read_text())
+    data["slots"] = {"cpus": "0", "client_cpus": "0"}
+    spec.write_text(yaml.safe_dump(data))
+    done = omni("sweep", str(spec), "--results", str(tmp_path / "results"))
+    assert done.returncode == 2
+    assert "would share CPU(s) 0 with the server it measures" in done.stderr + done.stdout
+    assert not (tmp_path / "results").exists() or not list((tmp_path / "results").rglob("*.parquet"))
+
+
+@pytest.mark.timeout(600)
+def test_a_server_killed_mid_level_leaves_no_process_and_a_failed_run_naming_it(tmp_path):
+    spec = llama_spec(tmp_path, "kill", {"concurrency": [1], "requests": 400, "warmup": 1})
+    results = tmp_path / "results"
+    killed = []
+
+    def kill_server_mid_level():
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and not killed:
+            for log in results.glob("logs/sweep=*/*/client-c=1.log"):
+                if "Starting main benchmark run" in log.read_text():
+                    (run_dir,) = [log.parent]
+                    pids = find_run_processes(run_dir.name)
+                    servers = [p for p in pids if "llama-server" in _cmdline(p)]
+                    for pid in servers:
+                        os.kill(pid, signal.SIGKILL)
+                        killed.append((run_dir.name, pid))
+            time.sleep(0.2)
+
+    killer = threading.Thread(target=kill_server_mid_level, daemon=True)
+    killer.start()
+    done = omni("sweep", str(spec), "--results", str(results), timeout=500)
+    killer.join(timeout=5)
+    assert killed, done.stdout[-2000:]
+    (row,) = pd.read_parquet(results / "runs").to_dict("records")
+    assert row["status"] == "failed" and "the server" in row["error"] and "SIGKILL" in row["error"], row["error"]
+    assert "died during level c=1" in row["error"]
+    assert find_run_processes(killed[0][0]) == set()  # neither the client nor anything else is left
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
