@@ -8,7 +8,6 @@ Runs go to the slots concurrently (one run per slot, plan order,
 from __future__ import annotations
 
 import json
-
 import os
 
 from prefect import get_run_logger, task
