@@ -311,6 +311,9 @@ def run_serving(item: PlanItem, res, row: dict, workdir: Path, payload: dict, ti
         except (RuntimeError, TimeoutError, OSError, ValueError) as err:
             row.update(status="failed", error=str(err))
         stop_server(proc)
+    if row.get("status") == "failed" and "before it was ready" in row.get("error", ""):
+        if reason := failure_reason(list(proc.reader.tail)):  # read to the end now: the server's own words
+            row["error"] += f": {reason}"
     row["exit_code"] = proc.proc.returncode
     row["stderr_tail"] = "\n".join(proc.reader.tail)
     row["wall_s"] = proc.wall_s
