@@ -37,6 +37,7 @@ def run_arm_task(context: RunContext, item: PlanItem) -> dict:
         log.info("%s, %d load level(s), %s", message, row["load_levels"], capacity_text(row))
     else:
         log.info("%s, decode %.1f tok/s", message, row.get("decode_tok_s") or float("nan"))
+    return row_outcome(row)
 
 
 def capacity_text(row: dict) -> str:
@@ -51,7 +52,6 @@ def capacity_text(row: dict) -> str:
         elif kind in bounds:
             parts.append(f"capacity {bounds[kind]} the {kind} levels")
     return ", ".join(parts) or "no capacity"
-    return row_outcome(row)
 
 
 def _outcome(future, item: PlanItem) -> dict:
