@@ -83,7 +83,9 @@ def print_plan(prepared, results: str) -> None:
     from omni.sweep import describe_plan
 
     ctx = prepared.context
-    rows = describe_plan(prepared.items, prepared.slots, results_root(results), ctx.resources, ctx.simulate_placement)
+    rows = describe_plan(
+        prepared.items, prepared.slots, results_root(results), ctx.resources, ctx.simulate_placement, ctx.seed
+    )
     show(render.plan(prepared, rows))
 
 

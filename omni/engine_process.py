@@ -23,6 +23,7 @@ from pathlib import Path
 from omni.engines.llamacpp import BUFFER_MARKER
 from omni.engines.protocol import PHASE_PREFIX
 from omni.engines.vllm import COMPILE_MARKERS, FALLBACK_MARKERS
+from omni.load_levels import KV_MARKERS
 from omni.placement import numactl_path, pin_argv
 from omni.plan import PlanItem
 from omni.progress import BOARD
@@ -69,6 +70,7 @@ class LogReader(threading.Thread):
         self.compile_lines: list[str] = []  # COMPILE_MARKERS seen, however long the log
         self.fallback_lines: list[str] = []  # FALLBACK_MARKERS seen, likewise
         self.buffer_lines: list[str] = []  # llama.cpp's weight buffers (BUFFER_MARKER), likewise
+        self.kv_lines: list[str] = []  # a server's KV allocation (KV_MARKERS), likewise
 
     def run(self) -> None:
         log = self._open()
@@ -85,6 +87,8 @@ class LogReader(threading.Thread):
                 self.fallback_lines.append(line)
             if BUFFER_MARKER in line:
                 self.buffer_lines.append(line)
+            if any(marker in line for marker in KV_MARKERS):
+                self.kv_lines.append(line)
             if log is not None:
                 try:
                     log.write(line + "\n")

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -362,3 +363,29 @@ def parse_metrics(text: str) -> dict[str, float]:
 
 def dumps(value) -> str:
     return json.dumps(value, sort_keys=True, allow_nan=False)
+
+
+# The lines in which a server says how many tokens of KV it allocated: vLLM's
+# "CPU KV cache size: 1,152 tokens, ...", llama-server's "n_slots = 4,
+# n_ctx_slot = 256" (its KV cells: slots x context per slot)
+KV_MARKERS = ("KV cache size: ", "n_ctx_slot = ")
+_VLLM_KV = re.compile(r"KV cache size: ([\d,]+) tokens")
+_LLAMA_KV = re.compile(r"n_slots = (\d+), n_ctx_slot = (\d+)")
+
+
+def served_kv_tokens(lines: Sequence[str]) -> int | None:
+    """Tokens of KV the server allocated, from its log lines (the last said)."""
+    found = None
+    for line in lines:
+        if m := _VLLM_KV.search(line):
+            found = int(m[1].replace(",", ""))
+        elif m := _LLAMA_KV.search(line):
+            found = int(m[1]) * int(m[2])
+    return found
+
+
+def kv_bytes_per_token(hf_config: Mapping) -> int:
+    """K and V of every layer for one token at 16 bits, both servers' KV type here."""
+    heads = hf_config["num_attention_heads"]
+    head_dim = hf_config.get("head_dim") or hf_config["hidden_size"] // heads
+    return 2 * hf_config["num_hidden_layers"] * hf_config.get("num_key_value_heads", heads) * head_dim * 2

@@ -72,6 +72,7 @@ class RunContext:
     simulate_placement: bool = False
     slots_override: SlotOverride | None = None  # --cores/--node
     recorded: dict = field(default_factory=dict)  # the request's fields every row records (SweepRequest.recorded)
+    seed: int = 0  # the sweep's: it shuffles a serving run's levels as it shuffles the arms
 
 
 def engine_arm_payload(item: PlanItem, res: ArmResources, workdir: Path) -> dict:
@@ -328,6 +329,19 @@ def fill_metrics(row: dict, proc: EngineProcess, result: dict) -> None:
         warn(row, "steps_missing", "the engine timed no decode step: no inter-token latency for this run")
     row.update(summarize(proc.sampler))
     row["patch_report"] = result.get("patch_report")
+    fill_engine_log(row, proc)
+    row["engine_config"] = result.get("config")
+    if row["engine"] == "llamacpp" and row["engine_config"] is not None:
+        row["engine_config"]["weight_buffers"] = weight_buffers(proc.reader.buffer_lines)
+    row["engine_perf"] = result.get("perf")
+    merge_engine_provenance(row, result.get("provenance", {}))
+    if row.get("profiled") and row["status"] == "ok":
+        fill_profile(row, result.get("profile") or {})
+
+
+def fill_engine_log(row: dict, proc: EngineProcess) -> None:
+    """What the engine's log said of how it ran: how a compiled vLLM start
+    got its graph, and each kernel that fell back to a slower one."""
     if row["engine"] == "vllm":
         row["compile_cache"] = compile_cache_state(proc.reader.compile_lines)
     for note in fallback_notes(proc.reader.fallback_lines):
@@ -337,13 +351,6 @@ def fill_metrics(row: dict, proc: EngineProcess, result: dict) -> None:
             f"kernel_fallback: the engine said '{note[:300]}': its figures are the fallback path's, "
             "not those of the kernel it meant to use on this CPU (engine.log has the line)",
         )
-    row["engine_config"] = result.get("config")
-    if row["engine"] == "llamacpp" and row["engine_config"] is not None:
-        row["engine_config"]["weight_buffers"] = weight_buffers(proc.reader.buffer_lines)
-    row["engine_perf"] = result.get("perf")
-    merge_engine_provenance(row, result.get("provenance", {}))
-    if row.get("profiled") and row["status"] == "ok":
-        fill_profile(row, result.get("profile") or {})
 
 
 def fill_audits(row: dict, per_iteration: list[dict], fresh: dict | None) -> None:
@@ -520,13 +527,15 @@ def serving_row(ctx: RunContext, item: PlanItem, res: ArmResources, row: dict, w
     """A serving arm's run (omni.serving): levels, capacity, and the server's
     memory and binding checked as an offline engine's are."""
     row["client_cpus"] = list(item.slot.client)
-    proc, method = run_serving(item, res, row, workdir, engine_arm_payload(item, res, workdir), ctx.timeout_s)
+    payload = engine_arm_payload(item, res, workdir)
+    proc, method = run_serving(item, res, row, workdir, payload, ctx.timeout_s, ctx.seed)
     merge_engine_provenance(row, server_provenance(item.arm.engine, res.python))
     if proc.leftovers:
         pids = ", ".join(map(str, sorted(proc.leftovers)))
         warn(row, "leftover_processes", f"the server left process(es) {pids} behind; killed them")
     if row["status"] in ("ok", "invalid"):
         row.update(summarize(proc.sampler))
+        fill_engine_log(row, proc)
         for rule, message in kv_rules(row):
             warn(row, rule, message)
         fill_head(row, row.pop("_head", None))

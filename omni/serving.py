@@ -35,12 +35,14 @@ from omni.load_levels import (
     Level,
     arm_levels,
     client_flags,
+    kv_bytes_per_token,
     level_order,
     level_record,
     metrics_summary,
     parse_metrics,
     request_records,
     run_capacity,
+    served_kv_tokens,
 )
 from omni.placement import numactl_path, pin_argv
 from omni.plan import PlanItem
@@ -197,7 +199,9 @@ def client_argv(item: PlanItem, res, level: Level, base_url: str, result: Path) 
     return [*module, *flags, "--result-dir", str(result.parent), "--result-filename", result.name]
 
 
-def planned_commands(item: PlanItem, res, workdir: Path, payload: dict) -> tuple[list[str], str, list[list[str]]]:
+def planned_commands(
+    item: PlanItem, res, workdir: Path, payload: dict, seed: int = 0
+) -> tuple[list[str], str, list[list[str]]]:
     """What a serving run will execute (``omni sweep --dry-run``): the pinned
     server command and how it is pinned, and each level's pinned load
     generator, in the order of :func:`level_order`; the port is picked at start (PORT)."""
@@ -211,7 +215,7 @@ def planned_commands(item: PlanItem, res, workdir: Path, payload: dict) -> tuple
             client_argv(item, res, lv, base_url, workdir / f"level-{lv.key}.json"),
             numactl_path(),
         )[0]
-        for lv in level_order(arm_levels(load), load["seed"], item.run_id)
+        for lv in level_order(arm_levels(load), seed, item.run_id)
     ]
     return server, method, clients
 
@@ -264,7 +268,7 @@ def run_level(
     return detailed, metrics_summary(scraper.samples), watch, binding or None
 
 
-def run_serving(item: PlanItem, res, row: dict, workdir: Path, payload: dict, timeout_s: float):
+def run_serving(item: PlanItem, res, row: dict, workdir: Path, payload: dict, timeout_s: float, seed: int = 0):
     """Start the server, take it through the levels, stop it; fills ``row``
     and returns the EngineProcess (for the binding check) and how it was pinned."""
     port = free_port()
@@ -275,7 +279,7 @@ def run_serving(item: PlanItem, res, row: dict, workdir: Path, payload: dict, ti
     row["command"] = json.dumps(argv)
     env = engine_env(item)
     load = item.arm.load.model_dump()
-    levels = level_order(arm_levels(load), load["seed"], item.run_id)
+    levels = level_order(arm_levels(load), seed, item.run_id)
     records, requests = [], []
     BOARD.phase(item.run_id, "starting the server")
     with EngineProcess(argv, env, item.run_id, workdir / "engine.log") as proc:
@@ -320,6 +324,7 @@ def run_serving(item: PlanItem, res, row: dict, workdir: Path, payload: dict, ti
     row[LEVELS_KEY], row[REQUESTS_KEY] = records, requests
     row["load_levels"] = len(records)
     fill_capacity(row, records, load)
+    fill_kv(row, item, res, proc)
     if item.arm.engine == "vllm":
         row["patch_report"] = read_patch_report(workdir / "patches.jsonl")
         row["_head"] = read_head_report(workdir / "head.json", None)
@@ -366,6 +371,23 @@ def stop_server(proc: EngineProcess) -> None:
             proc.proc.wait(STOP_GRACE_S)
         except subprocess.TimeoutExpired:
             pass
+
+
+def fill_kv(row: dict, item: PlanItem, res, proc: EngineProcess) -> None:
+    """The server's KV pool, as its log states it, and the workload's need
+    (``batch_size`` sequences of ``context_len``), both in bytes of the
+    model's 16-bit KV: what the kv_overprovisioned rule and memory verdicts
+    read, as for an offline run."""
+    try:
+        config = json.loads((Path(res.tokenizer_path) / "config.json").read_text())
+        per_token = kv_bytes_per_token(config)
+    except (OSError, ValueError, KeyError, TypeError):
+        return
+    tokens = served_kv_tokens(proc.reader.kv_lines)
+    arm = item.arm
+    context = arm.context_len or arm.prompt_len + arm.max_tokens
+    row["kv_cache_bytes_effective"] = tokens * per_token if tokens else None
+    row["kv_cache_bytes_needed"] = arm.batch_size * context * per_token
 
 
 def fill_capacity(row: dict, records: list[dict], load: dict) -> None:

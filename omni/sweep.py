@@ -145,6 +145,7 @@ def run_context(
         simulate_placement=request.simulated,
         slots_override=request.slots_override,
         recorded=request.recorded(),
+        seed=loaded.sweep.seed,
     )
 
 
@@ -291,8 +292,10 @@ def describe_plan(
     results_dir: Path,
     resources: dict[str, ArmResources],
     simulate: bool = False,
+    seed: int = 0,
 ) -> list[dict]:
-    """The exact command line, placement and environment of every planned run.
+    """The exact command line, placement and environment of every planned run
+    (``seed``: the sweep's, which orders a serving run's levels).
 
     ``wave``: runs of one wave start together, one per slot, if runs took equal
     time: the k-th run of a slot (each run has its slot, omni.plan) is in wave k.
@@ -306,7 +309,8 @@ def describe_plan(
         argv, method = engine_argv(item, workdir, res.python or "<unresolved>", simulate)
         clients = []
         if item.arm.load is not None and not res.error and not simulate:
-            argv, method, clients = planned_commands(item, res, workdir, engine_arm_payload(item, res, workdir))
+            payload = engine_arm_payload(item, res, workdir)
+            argv, method, clients = planned_commands(item, res, workdir, payload, seed)
         rows.append(
             {
                 "order": item.order_index,

@@ -209,7 +209,8 @@ class Slo(SpecModel):
 class LoadRequest(SpecModel):
     """``load:``: the arm runs as an OpenAI-compatible server in its slot and
     a load generator (``vllm bench serve``) in the slot's client CPUs drives
-    it through these levels, in an order the sweep's seed shuffles per run.
+    it through these levels, in an order the sweep's seed shuffles per run
+    (``seed`` here draws the generator's prompts and lengths).
 
     ``concurrency``: closed-loop levels, requests in flight
     (``--max-concurrency``); ``rate``: open-loop levels in requests/s, arrivals

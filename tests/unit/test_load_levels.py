@@ -10,12 +10,14 @@ from omni.load_levels import (
     Level,
     arm_levels,
     client_flags,
+    kv_bytes_per_token,
     level_order,
     level_record,
     metrics_summary,
     parse_metrics,
     request_records,
     run_capacity,
+    served_kv_tokens,
     slo_margin,
 )
 from omni.spec import validate_sweep
@@ -218,3 +220,14 @@ def test_server_metrics_keep_the_serving_gauges_and_summarize_a_level():
     assert summary["vllm:num_requests_running"] == {"mean": 2.0, "max": 3.0, "change": -2.0}
     assert summary["vllm:num_preemptions_total"]["change"] == 3.0
     assert not math.isnan(summary["vllm:kv_cache_usage_perc"]["mean"])
+
+
+def test_a_server_kv_pool_is_read_from_its_own_log_lines():
+    vllm = "(EngineCore pid=1) INFO [kv_cache_utils.py:2327] CPU KV cache size: 1,152 tokens, Maximum concurrency"
+    llama = "0.00.203.279 I srv    load_model: initializing, n_slots = 4, n_ctx_slot = 256, kv_unified = 'false'"
+    assert served_kv_tokens([vllm]) == 1152 and served_kv_tokens([llama]) == 1024
+    assert served_kv_tokens(["no such line"]) is None
+    tiny = {"num_attention_heads": 4, "num_key_value_heads": 2, "hidden_size": 256, "num_hidden_layers": 4}
+    assert kv_bytes_per_token(tiny) == 2048  # 4 layers x 2 KV heads x 64 x K and V x 2 bytes
+    one_b = {"num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 64, "num_hidden_layers": 16}
+    assert kv_bytes_per_token(one_b) == 32768
