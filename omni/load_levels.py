@@ -146,6 +146,42 @@ def request_records(level: Level, detailed: Mapping) -> list[dict]:
     return records
 
 
+GENERATION_COUNTERS = ("vllm:generation_tokens_total", "llamacpp:tokens_predicted_total")
+
+
+def reconcile_output_tokens(
+    requests: list[dict], server_metrics: Mapping, warmup: int, max_tokens: int, range_ratio: float
+) -> str | None:
+    """Check the client's output token counts against the tokens the server
+    says it generated over the level; None when they agree.
+
+    ``vllm bench serve`` takes a request's count from the usage the server
+    streams, but only from a chunk without choices: llama-server sends its
+    usage in the last chunk beside an empty choice, so the client re-tokenizes
+    the text instead, and a byte token decoded to a part of a character
+    tokenizes otherwise (the random weights of omni's models produce them).
+    Where every request asked for exactly ``max_tokens`` (``range_ratio`` 0,
+    ``ignore_eos``) and the server generated exactly that many for each, the
+    requests get ``max_tokens`` back ("recounted"); otherwise the level is
+    flagged ``output_tokens_mismatch``. The last, empty chunk is no token:
+    its gap is dropped from the request's ITL."""
+    counted = next((server_metrics[n]["change"] for n in GENERATION_COUNTERS if n in server_metrics), None)
+    ok = [r for r in requests if r["ok"]]
+    sent = sum(r["output_tokens"] for r in ok) + warmup * (ok[0]["output_tokens"] if ok else 0)
+    check = None
+    if counted is not None and counted != sent and len(ok) == len(requests):
+        check = "mismatch"
+        if range_ratio == 0 and counted == (len(ok) + warmup) * max_tokens:
+            for r in ok:
+                r["output_tokens"] = max_tokens
+                r["tpot_ms"] = (r["e2e_ms"] - r["ttft_ms"]) / (max_tokens - 1) if max_tokens > 1 else None
+            check = "recounted"
+    for r in ok:  # tokens - 1 gaps, and one more: the closing chunk's
+        if r["itl_ms"] and len(r["itl_ms"]) == r["output_tokens"]:
+            r["itl_ms"] = r["itl_ms"][:-1]
+    return check
+
+
 def _at(detailed: Mapping, key: str, i: int):
     values = detailed.get(key) or []
     return values[i] if i < len(values) else None
@@ -173,6 +209,7 @@ def level_record(
     client_cpu: Mapping,
     server_metrics: Mapping | None = None,
     warmup: int = 0,
+    output_check: str | None = None,
 ) -> dict:
     """The level's figures from its requests, and why it is not judged if it is not.
 
@@ -221,6 +258,7 @@ def level_record(
     first = requests[0]["input_tokens"] if requests and requests[0]["input_tokens"] else 0
     record["client_prompt_tokens"] = sum(r["input_tokens"] or 0 for r in requests) + warmup * first
     record["server_prompt_tokens"] = counted
+    record["output_tokens_check"] = output_check
     record["flags"] = level_flags(record)
     record["slo_met"] = slo_met(record, slo) if not record["flags"] or record["flags"] == ["saturated"] else None
     return record
@@ -246,6 +284,8 @@ def level_flags(record: Mapping) -> list[str]:
     counted, sent_tokens = record.get("server_prompt_tokens"), record.get("client_prompt_tokens")
     if counted is not None and sent_tokens and abs(counted - sent_tokens) > PROMPT_TOKENS_SLACK * sent_tokens:
         flags.append("prompt_tokens_mismatch")
+    if record.get("output_tokens_check") == "mismatch":
+        flags.append("output_tokens_mismatch")
     sent, held = record.get("sent_rate"), record.get("achieved_rate")
     if record["load_kind"] == "rate" and sent and held is not None and held < HELD_SHARE * sent:
         flags.append("saturated")

@@ -40,6 +40,7 @@ from omni.load_levels import (
     level_record,
     metrics_summary,
     parse_metrics,
+    reconcile_output_tokens,
     request_records,
     run_capacity,
     served_kv_tokens,
@@ -299,9 +300,12 @@ def run_serving(item: PlanItem, res, row: dict, workdir: Path, payload: dict, ti
                     if binding:
                         row.update(status="invalid", error=binding)
                     reqs = request_records(level, detailed)
+                    check = reconcile_output_tokens(
+                        reqs, server_metrics, load["warmup"], item.arm.max_tokens, load["range_ratio"]
+                    )
                     cpu = watch.cpu(len(item.slot.client))
                     record = level_record(
-                        level, order, detailed, reqs, load["slo"], cpu, server_metrics, load["warmup"]
+                        level, order, detailed, reqs, load["slo"], cpu, server_metrics, load["warmup"], check
                     )
                     record["server_metrics"] = json.dumps(server_metrics, sort_keys=True)
                     records.append(record)

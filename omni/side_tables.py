@@ -92,6 +92,7 @@ LEVEL_SCHEMA = pa.schema(
         ("client_thread_pct", _F64),
         ("client_prompt_tokens", _F64),
         ("server_prompt_tokens", _F64),
+        ("output_tokens_check", _STR),
         ("flags", pa.list_(_STR)),
         ("slo_met", _BOOL),
         ("server_metrics", _STR),

@@ -15,6 +15,7 @@ from omni.load_levels import (
     level_record,
     metrics_summary,
     parse_metrics,
+    reconcile_output_tokens,
     request_records,
     run_capacity,
     served_kv_tokens,
@@ -231,3 +232,23 @@ def test_a_server_kv_pool_is_read_from_its_own_log_lines():
     assert kv_bytes_per_token(tiny) == 2048  # 4 layers x 2 KV heads x 64 x K and V x 2 bytes
     one_b = {"num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 64, "num_hidden_layers": 16}
     assert kv_bytes_per_token(one_b) == 32768
+
+
+def test_output_tokens_the_client_miscounted_are_recounted_from_the_server_or_flagged():
+    level = Level("concurrency", 1)
+    data = detailed(n=4, out=16)
+    data["output_lens"] = [16, 15, 16, 14]  # re-tokenized text: two requests came out short
+    data["itls"] = [[0.01] * 16 for _ in range(4)]  # 15 gaps and the closing chunk's
+    server = {"llamacpp:tokens_predicted_total": {"change": (4 + 2) * 16}}  # every request 16, the warm-up's too
+    reqs = request_records(level, data)
+    assert reconcile_output_tokens(reqs, server, 2, 16, 0.0) == "recounted"
+    assert [r["output_tokens"] for r in reqs] == [16] * 4 and all(len(r["itl_ms"]) == 15 for r in reqs)
+    assert reqs[1]["tpot_ms"] == pytest.approx(10.0)
+    record = level_record(level, 0, data, reqs, SLO, NO_CLIENT_LOAD, server, 2, "recounted")
+    assert record["flags"] == [] and record["output_tokens_check"] == "recounted"
+    reqs = request_records(level, data)
+    assert reconcile_output_tokens(reqs, server, 2, 16, 0.2) == "mismatch"  # lengths drawn: no count to trust
+    flagged = level_record(level, 0, data, reqs, SLO, NO_CLIENT_LOAD, server, 2, "mismatch")
+    assert flagged["flags"] == ["output_tokens_mismatch"]
+    agree = {"vllm:generation_tokens_total": {"change": 6 * 16}}
+    assert reconcile_output_tokens(request_records(level, detailed(n=4, out=16)), agree, 2, 16, 0.0) is None
