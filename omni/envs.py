@@ -34,8 +34,10 @@ class EnvSpec:
     remove: tuple[str, ...] = ()
     build_env: dict[str, str] = field(default_factory=dict)
     # llama.cpp programs (cmake targets) built from the vendored llama.cpp of
-    # the llama-cpp-python sdist the env installs, into the env's bin/
+    # the llama-cpp-python sdist the env installs, into the env's bin/, with
+    # these cmake arguments
     tools: tuple[str, ...] = ()
+    tools_cmake: tuple[str, ...] = ()
 
     def key(self) -> str:
         payload = {**asdict(self), "python": f"{sys.version_info.major}.{sys.version_info.minor}"}
@@ -61,7 +63,7 @@ LLAMA_CMAKE_ARGS = " ".join(
 # The programs beside llama-cpp-python (llama-server, llama-bench): the same
 # source and ISA, statically linked, with no web UI (nothing to download) and
 # no TLS; llama_cpp_python's own settings above are not changed by them.
-LLAMA_TOOLS_CMAKE_ARGS = [
+LLAMA_TOOLS_CMAKE_ARGS = (
     "-DCMAKE_BUILD_TYPE=Release",
     "-DBUILD_SHARED_LIBS=OFF",
     "-DGGML_NATIVE=ON",
@@ -75,7 +77,13 @@ LLAMA_TOOLS_CMAKE_ARGS = [
     "-DLLAMA_BUILD_SERVER=ON",
     "-DGGML_BUILD_TESTS=OFF",
     "-DGGML_BUILD_EXAMPLES=OFF",
-]
+    # llama-server's HTTP library closes a connection idle for 5 s or after
+    # 100 requests; vllm bench serve keeps its connections 60 s and reuses
+    # them, and a request sent on one the server is closing fails ("Cannot
+    # write to closing transport"). Longer than the client's, the server's
+    # keep-alive never races it; nothing the server computes changes.
+    "-DCMAKE_CXX_FLAGS=-DCPPHTTPLIB_KEEPALIVE_TIMEOUT_SECOND=120 -DCPPHTTPLIB_KEEPALIVE_MAX_COUNT=1000000",
+)
 LLAMA_PYTHON = "llama-cpp-python"
 
 ENVS: dict[str, EnvSpec] = {
@@ -89,6 +97,7 @@ ENVS: dict[str, EnvSpec] = {
         requirements=("llama-cpp-python==0.3.36", "gguf==0.19.0", "numpy"),
         build_env={"CMAKE_ARGS": LLAMA_CMAKE_ARGS, "CMAKE_BUILD_PARALLEL_LEVEL": str(os.cpu_count() or 2)},
         tools=("llama-server", "llama-bench"),
+        tools_cmake=LLAMA_TOOLS_CMAKE_ARGS,
     ),
 }
 
@@ -238,7 +247,7 @@ def build_env(repo_root: Path, name: str) -> EnvInfo:
             _pip(python, ["install", *spec.requirements], log, env)
             sdist = _llama_sdist(python, target, spec, log, env) if spec.tools else None
             if sdist:
-                _build_tools(sdist, target, spec.tools, log, env)
+                _build_tools(sdist, target, spec, log, env)
             if spec.remove:
                 _pip(python, ["uninstall", "-y", *spec.remove], log, env)
             _pip(python, ["install", "--no-deps", "-e", str(repo_root)], log, env)
@@ -296,10 +305,11 @@ def _run(cmd: list[str], log, env: dict[str, str]) -> None:
         raise subprocess.CalledProcessError(rc, cmd)
 
 
-def _build_tools(sdist: Path, target: Path, tools: tuple[str, ...], log, env: dict[str, str]) -> None:
-    """Build ``tools`` from the sdist's vendored llama.cpp into ``target/bin``;
-    a tool already there (a completed build, or the kept copy's) is not rebuilt."""
-    wanted = [t for t in tools if not (target / "bin" / t).exists()]
+def _build_tools(sdist: Path, target: Path, spec: EnvSpec, log, env: dict[str, str]) -> None:
+    """Build the spec's tools from the sdist's vendored llama.cpp into
+    ``target/bin``; a tool already there (a completed build, or the kept
+    copy's: the env's key covers the tools and their cmake arguments) is not rebuilt."""
+    wanted = [t for t in spec.tools if not (target / "bin" / t).exists()]
     if not wanted:
         return
     src = sdist.parent
@@ -307,7 +317,7 @@ def _build_tools(sdist: Path, target: Path, tools: tuple[str, ...], log, env: di
     if not tree.is_dir():
         _run(["tar", "-xzf", str(sdist), "-C", str(src)], log, env)
     build = src / "build"
-    _run(["cmake", "-S", str(tree / "vendor" / "llama.cpp"), "-B", str(build), *LLAMA_TOOLS_CMAKE_ARGS], log, env)
+    _run(["cmake", "-S", str(tree / "vendor" / "llama.cpp"), "-B", str(build), *spec.tools_cmake], log, env)
     jobs = env.get("CMAKE_BUILD_PARALLEL_LEVEL", str(os.cpu_count() or 2))
     _run(["cmake", "--build", str(build), "--target", *wanted, "-j", jobs], log, env)
     for tool in wanted:

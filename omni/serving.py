@@ -182,6 +182,13 @@ def check_client_binding(pid: int, allowed: tuple[int, ...]) -> str | None:
     return None
 
 
+def died(server: EngineProcess, level: Level) -> ServerDied:
+    return ServerDied(
+        f"the server ({describe_exit(server.proc.returncode)}) died during level {level.key}: "
+        f"{failure_reason(list(server.reader.tail))}".rstrip(": ")
+    )
+
+
 def client_argv(item: PlanItem, res, level: Level, base_url: str, result: Path) -> list[str]:
     """The load generator's command for one level, unpinned: ``vllm bench
     serve`` from the vLLM env (:mod:`omni.engines.bench_serve`: the wheel's
@@ -246,10 +253,7 @@ def run_level(
             if binding is None and watch.marks:  # running its own code: numactl has bound it
                 binding = check_client_binding(client.pid, client_slot.cpus) or ""
             if server.proc.poll() is not None:
-                raise ServerDied(
-                    f"the server ({describe_exit(server.proc.returncode)}) died during level {level.key}: "
-                    f"{failure_reason(list(server.reader.tail))}".rstrip(": ")
-                )
+                raise died(server, level)
             if time.monotonic() > deadline:
                 raise TimeoutError(f"level {level.key} did not finish within timeout_s={timeout_s:g}")
             if RUNS.stopping.wait(0.2):
@@ -262,6 +266,8 @@ def run_level(
         scraper.stop.set()
         scraper.join(timeout=5)
         scraper.scrape()  # the counters after the last request
+    if server.proc.poll() is not None:  # the client finished, its requests failing: the server is gone
+        raise died(server, level)
     if client.returncode != 0 or not result.exists():
         tail = " / ".join(watch.tail[-3:])
         raise RuntimeError(f"the load generator failed at level {level.key} (exit {client.returncode}): {tail}")

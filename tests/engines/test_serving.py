@@ -64,7 +64,7 @@ def test_serve_smoke_writes_levels_and_requests_pandas_reads(serve_smoke):
 @pytest.mark.timeout(1600)
 def test_serve_smoke_prints_level_verdicts_capacity_and_draws_the_curve(serve_smoke):
     results, out = serve_smoke
-    assert "Serving levels" in out and "| c=4 | `llamacpp-serve` |" in out, out[-3000:]
+    assert "Serving levels" in out and "| c=8 | `llamacpp-serve` |" in out, out[-3000:]
     assert "Capacity under the SLO" in out and "`vllm-serve` concurrency" in out
     assert "SLO: TTFT 100 ms and TPOT 100 ms at p99" in out
     runs = pd.read_parquet(results / "runs")
