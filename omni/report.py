@@ -14,7 +14,7 @@ from omni import units
 from omni.compare import Change, SweepComparison
 from omni.controls import untrusted
 from omni.objstore import ResultsPath, results_root
-from omni.serving_summary import ServingSummary
+from omni.serving_summary import LEVEL_METRICS, ServingSummary
 from omni.stats import ALPHA, MIN_INTERVAL_RUNS, PRIMARY_SHARE, min_max_coverage
 from omni.summary import Judged, SweepSummary
 from omni.units import ratio_interval
@@ -179,7 +179,8 @@ def serving_markdown(serving: ServingSummary) -> list[str]:
     against the baseline; then each arm's capacity under its SLO."""
     lines = [
         "Serving levels (one value per run and level, medians over runs; the verdicts use the same rule as "
-        "above, runs as units; a flagged level is not judged):",
+        f"above, runs as units, each interval at {100 * serving.level_confidence:.3g} % for the "
+        f"{len(serving.levels) * len(LEVEL_METRICS)} level verdicts of an arm; a flagged level is not judged):",
         "",
         "| level | arm | n | " + " | ".join(title for _, title in LEVEL_COLUMNS) + " | vs baseline |",
         "|---|---|---|" + "---|" * len(LEVEL_COLUMNS) + "---|",

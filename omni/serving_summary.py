@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from omni.load_levels import Level
-from omni.stats import Comparison, Summary, compare, summarize
+from omni.stats import ALPHA, Comparison, Summary, compare, summarize
 from omni.store import load_side_table
 
 # per level, what is judged, and which way is better
@@ -41,6 +41,7 @@ class ServingSummary:
     flagged: dict[tuple[str, str], list[str]]  # (arm, level) -> flags of its levels left out
     capacity: dict[tuple[str, str], Summary]  # (arm, kind)
     capacity_judged: dict[tuple[str, str], Comparison] = field(default_factory=dict)
+    level_confidence: float = 0.95  # of every per-level interval: Bonferroni over the levels x metrics judged
     bounds: dict[tuple[str, str], list[str]] = field(default_factory=dict)  # (arm, kind) -> runs' bounds
     slo: dict[str, dict] = field(default_factory=dict)  # arm -> its SLO
     points: dict[tuple[str, str], dict[str, list[float]]] = field(default_factory=dict)  # (arm, level) -> values
@@ -74,6 +75,9 @@ def serving_summary(
             points[(arm, key)] = {m: [float(v) for v in good[m].dropna()] for m in LEVEL_METRICS}
             for metric in LEVEL_METRICS:
                 cells[(arm, key, metric)] = summarize(points[(arm, key)][metric])
+    # levels x metrics verdicts per arm: each interval at 1 - alpha / their
+    # number, so that the arm's chance of any false call stays alpha (Bonferroni)
+    level_confidence = 1 - ALPHA / max(1, len(keys) * len(LEVEL_METRICS))
     for arm in arms:
         if not baseline or arm == baseline or baseline not in arms:
             continue
@@ -84,7 +88,7 @@ def serving_summary(
                     points[(arm, key)][metric],
                     better=better,
                     min_effect=min_effect,
-                    confidence=confidence,
+                    confidence=level_confidence,
                 )
     capacity, capacity_judged, bounds, slo = {}, {}, {}, {}
     for arm in arms:
@@ -105,7 +109,9 @@ def serving_summary(
             capacity_judged[(arm, kind)] = compare(
                 base, mine, better="higher", min_effect=min_effect, confidence=confidence
             )
-    return ServingSummary(baseline, arms, keys, cells, judged, flagged, capacity, capacity_judged, bounds, slo, points)
+    return ServingSummary(
+        baseline, arms, keys, cells, judged, flagged, capacity, capacity_judged, level_confidence, bounds, slo, points
+    )
 
 
 def _json(value) -> dict:
