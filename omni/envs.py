@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from omni.errors import OmniError
+from omni.models import file_sha256
 
 STAMP = ".omni-env.json"
 
@@ -264,20 +265,12 @@ def build_env(repo_root: Path, name: str) -> EnvInfo:
         "build_s": round(time.monotonic() - started, 1),
         "spec": asdict(spec),
         "omni_pyproject": omni_metadata_sha(repo_root),
-        **({"llama_sdist_sha256": _sha256(sdist)} if sdist else {}),
+        **({"llama_sdist_sha256": file_sha256(sdist)} if sdist else {}),
     }
     write_new(target / STAMP, json.dumps(stamp, indent=1, sort_keys=True))
     if cached:
         keep_env(target, cached)
     return env_info(repo_root, name)
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _llama_sdist(python: Path, target: Path, spec: EnvSpec, log, env: dict[str, str]) -> Path:

@@ -413,3 +413,17 @@ def sweep_table(results: str | Path, sweep_id: str, primary: tuple[str, ...] = (
     frame = load_runs(results, sweep_id=sweep_id).sort_values("order_index")
     frame = frame[~is_profiled(frame)]  # the timed runs: profiled ones are for omni ops
     return describe_arms(frame.to_dict("records"), tuple(dict.fromkeys([*primary, *TABLE_METRICS])))
+
+
+def run_once(spec: dict, work: Path) -> tuple[dict, str]:
+    """A one-run sweep of ``spec`` (a spec as data, one arm, one pass) run in
+    this process without Prefect, its results under ``work/results``: the
+    row and the sweep's id. What the peer benchmarks run omni's side with."""
+    path = work / f"{spec['name']}.json"
+    path.write_text(json.dumps(spec))
+    prepared = prepare_sweep(SweepRequest(spec=path, results=work / "results"))
+    (item,) = prepared.items
+    row = run_and_store(prepared.context, item)
+    if row["status"] != "ok":
+        raise OmniError(f"omni's run of {spec['name']} ended {row['status']}: {row.get('error')}")
+    return row, prepared.sweep_id
