@@ -151,7 +151,7 @@ class ClientWatch(threading.Thread):
         self.tail: list[str] = []
 
     def run(self) -> None:
-        with open(self.log_path, "w", encoding="utf-8", errors="replace") as log:
+        with open(self.log_path, "w", encoding="utf-8", errors="replace", buffering=1) as log:  # a line at a time
             for raw in self.proc.stdout:
                 line = raw.decode("utf-8", errors="replace").rstrip("\n")
                 for name, marker in (("start", CLIENT_START), ("end", CLIENT_END)):

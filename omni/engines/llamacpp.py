@@ -449,6 +449,16 @@ def head_report(path: Path) -> dict:
     }
 
 
+def http_threads(arm: dict) -> int:
+    """llama-server's fixed HTTP threads: one per request a level keeps in
+    flight (32 at least, for open-loop levels), and 4 for /health, /metrics
+    and the warm-up. A connection beyond them gets a thread that closes it
+    after one request, and a client that reuses it fails writing its next
+    request ("Can not write request body")."""
+    load = arm.get("load") or {}
+    return max([*load.get("concurrency", []), arm["batch_size"], 32]) + 4
+
+
 def server_flags(arm: dict) -> list[str]:
     """llama-server's flags for a serving arm, set as :func:`new_context` sets
     the offline engine's context: ``batch_size`` sequences (slots) of
@@ -479,6 +489,8 @@ def server_flags(arm: dict) -> list[str]:
         str(n_batch(arm)),
         "--ubatch-size",
         str(n_batch(arm)),
+        "--threads-http",
+        str(http_threads(arm)),
         "--metrics",
         "--no-webui",
         "--no-cache-prompt",
