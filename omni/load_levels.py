@@ -13,7 +13,6 @@ definitions (``vllm/benchmarks/serve.py`` ``calculate_metrics``): TPOT is
 
 from __future__ import annotations
 
-import json
 import math
 import random
 import re
@@ -319,12 +318,6 @@ class Capacity:
     value: float | None
     bound: str | None = None  # "above", "below", "unknown"
 
-    def describe(self) -> str:
-        unit = "in flight" if self.kind == "concurrency" else "req/s"
-        if self.value is not None:
-            return f"{self.value:.3g} {unit}"
-        return f"{self.bound} the levels tried"
-
 
 def run_capacity(records: list[Mapping], kind: str, slo: Mapping) -> Capacity | None:
     """Capacity of one run on one kind of level, from its levels ascending.
@@ -399,10 +392,6 @@ def parse_metrics(text: str) -> dict[str, float]:
             if sample.name in KEPT_METRICS and not math.isnan(sample.value):
                 found[sample.name] = found.get(sample.name, 0.0) + float(sample.value)
     return found
-
-
-def dumps(value) -> str:
-    return json.dumps(value, sort_keys=True, allow_nan=False)
 
 
 # The lines in which a server says how many tokens of KV it allocated: vLLM's

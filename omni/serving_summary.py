@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from omni.load_levels import Level
 from omni.stats import ALPHA, Comparison, Summary, compare, summarize
 from omni.store import load_side_table
 
@@ -116,8 +115,3 @@ def serving_summary(
 
 def _json(value) -> dict:
     return json.loads(value) if isinstance(value, str) else dict(value or {})
-
-
-def level_of(key: str) -> Level:
-    kind, value = key.split("=", 1)
-    return Level("concurrency" if kind == "c" else "rate", float(value))
