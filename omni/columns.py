@@ -17,7 +17,7 @@ from typing import Literal
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 12
 
 STATUSES = ("ok", "failed", "timeout", "refused", "invalid")
 BINDING_METHODS = ("numactl", "sched_setaffinity", "none")
@@ -230,6 +230,76 @@ COLUMNS: tuple[Column, ...] = (
         ("run_delay_ms_per_s", _F64, "ms/s", "run_delay_ms per second of the loaded-to-steady window (v10)"),
         ("interference_samples", _I32, None, "interference samples taken, loaded to steady mark (v10)"),
         ("interference_cpu_ms", _F64, "ms", "CPU the sampler spent on interference samples (v10)"),
+        (
+            "telemetry_window_s",
+            _F64,
+            "s",
+            "the loaded-to-steady window the telemetry columns below cover (first to last interference sample) (v12)",
+        ),
+        (
+            "ctx_switches_voluntary",
+            _I64,
+            None,
+            "voluntary context switches of the tree's threads over the window: a thread that blocked (an "
+            "OpenMP barrier that slept, I/O, a lock) (v12)",
+        ),
+        (
+            "ctx_switches_involuntary",
+            _I64,
+            None,
+            "involuntary context switches of the tree's threads over the window: the scheduler took the CPU "
+            "from a runnable thread (a neighbour, another of the run's threads, a kernel thread) (v12)",
+        ),
+        (
+            "cpu_migrations",
+            _I64,
+            None,
+            "moves of the tree's threads between CPUs over the window (se.nr_migrations of each thread's "
+            "sched file); null where the kernel has no sched file (v12)",
+        ),
+        ("minor_faults", _I64, None, "minor page faults of the tree's processes over the window (v12)"),
+        (
+            "major_faults",
+            _I64,
+            None,
+            "major page faults (read from disk) of the tree's processes over the window (v12)",
+        ),
+        (
+            "steal_pct",
+            _F64,
+            "%",
+            "time the hypervisor ran something else on the slot CPUs' host cores over the window, % of "
+            "their capacity (/proc/stat steal) (v12)",
+        ),
+        ("irq_pct", _F64, "%", "hard and soft interrupt time on the slot's CPUs over the window, % of capacity (v12)"),
+        (
+            "cpu_freq_mhz",
+            _F64,
+            "MHz",
+            "mean of the slot CPUs' scaling_cur_freq over the window's samples; null without cpufreq (most VMs) (v12)",
+        ),
+        (
+            "cpu_freq_min_mhz",
+            _F64,
+            "MHz",
+            "lowest slot CPU frequency sampled in the window; null without cpufreq (v12)",
+        ),
+        (
+            "energy_j",
+            _F64,
+            "J",
+            "RAPL energy of every CPU package over the window: the sockets' whole draw, neighbours included; "
+            "null where /sys/class/powercap is absent or unreadable (v12)",
+        ),
+        ("power_w", _F64, "W", "energy_j over the window (v12)"),
+        (
+            "thread_sched",
+            _STR,
+            None,
+            "per engine thread over the window, busiest first (then the rest summed): name, process, tid, "
+            "cpu_s, run_delay_ms, nvcsw, nivcsw, migrations, the CPUs it ran on; JSON list (v12)",
+            _JSON,
+        ),
         ("command", _STR, None, "engine command line, JSON argv list", _JSON),
     ),
     *_group(
@@ -259,6 +329,14 @@ COLUMNS: tuple[Column, ...] = (
             _HIGHER,
         ),
         ("e2e_s", _F64, "s", "end-to-end generation time, engine-measured", _LOWER),
+        (
+            "joules_per_token",
+            _F64,
+            "J/tok",
+            "power_w x e2e_s over the batch's output tokens (batch_size x max_tokens): the packages' energy "
+            "per generated token, neighbours' draw included; null without RAPL (v12)",
+            _LOWER,
+        ),
         (
             "capacity_concurrency",
             _F64,

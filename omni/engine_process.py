@@ -187,8 +187,9 @@ class EngineProcess:
     reaped: SIGTERM, grace, SIGKILL, then anything still carrying the run id.
     """
 
-    def __init__(self, argv: list[str], env: dict, run_id: str, log_path: Path) -> None:
+    def __init__(self, argv: list[str], env: dict, run_id: str, log_path: Path, cpus: tuple[int, ...] = ()) -> None:
         self.argv, self.env, self.run_id, self.log_path = argv, env, run_id, log_path
+        self.cpus = cpus  # the slot's: the sampler reads their frequency
         self.leftovers: set[int] = set()
 
     def __enter__(self) -> EngineProcess:
@@ -211,7 +212,7 @@ class EngineProcess:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-        self.sampler = TreeSampler(self.proc.pid).start()
+        self.sampler = TreeSampler(self.proc.pid, cpus=self.cpus).start()
         self.reader = LogReader(self.proc.stdout, self.log_path, self.sampler, self.run_id)
         self.reader.start()
 

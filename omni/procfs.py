@@ -40,43 +40,107 @@ def cpu_times(proc_root: str | Path = "/proc") -> dict[int, tuple[int, int]]:
     Busy counts steal: time the hypervisor gave this vCPU's host core to
     another guest is time the run did not get, as a neighbour's would be.
     """
-    times = {}
+    return {cpu: busy_idle(c) for cpu, c in cpu_stat(proc_root).items()}
+
+
+def busy_idle(counters: dict[str, int]) -> tuple[int, int]:
+    """(busy, idle) ticks of one CPU's :func:`cpu_stat` counters."""
+    idle = counters["idle"] + counters["iowait"]
+    return sum(counters.values()) - idle, idle
+
+
+CPU_STAT_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+
+
+def cpu_stat(proc_root: str | Path = "/proc") -> dict[int, dict[str, int]]:
+    """``cpuN`` -> its ``/proc/stat`` counters by name (ticks), keyed by the CPU's real number."""
+    out = {}
     for line in (Path(proc_root) / "stat").read_text().splitlines():
         name, *fields = line.split()
         if not name.startswith("cpu") or name == "cpu":
             continue
-        user, nice, system, idle, iowait, irq, softirq, steal = (list(map(int, fields)) + [0] * 8)[:8]
-        times[int(name[3:])] = (user + nice + system + irq + softirq + steal, idle + iowait)
-    return times
+        out[int(name[3:])] = dict(zip(CPU_STAT_FIELDS, (list(map(int, fields)) + [0] * 8)[:8]))
+    return out
+
+
+def read_faults(pid: int) -> tuple[int, int] | None:
+    """(minor, major) page faults of a whole process since it began (fields
+    10 and 12 of ``/proc/PID/stat``, its exited threads included); ``None``
+    once it is gone."""
+    try:
+        after_comm = _read(f"/proc/{pid}/stat")
+        fields = after_comm[after_comm.rindex(b")") + 2 :].split()
+        return int(fields[10 - 3]), int(fields[12 - 3])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 @dataclass(frozen=True)
 class ThreadSched:
-    """One thread's scheduler counters: CPU time, time spent runnable but
-    waiting for a CPU (both ns, since the thread began), the CPU it last ran on."""
+    """One thread's scheduler counters, each since the thread began: CPU time,
+    time spent runnable but waiting for a CPU (both ns), the CPU it last ran
+    on, its name, voluntary and involuntary context switches, and migrations
+    between CPUs (``None`` where the kernel has no ``sched`` file)."""
 
     exec_ns: int
     run_delay_ns: int
     cpu: int
+    name: str = "?"
+    nvcsw: int = 0
+    nivcsw: int = 0
+    migrations: int | None = None
 
 
-def parse_thread_sched(schedstat: bytes, stat: bytes) -> ThreadSched:
-    """From ``/proc/PID/task/TID/schedstat`` (``exec_ns delay_ns timeslices``)
-    and ``.../stat``, whose field 39 is the CPU the thread last ran on
-    (fields counted from 1; the comm in parentheses may hold spaces)."""
+_SCHED_FIELDS = re.compile(rb"^(se\.nr_migrations|nr_voluntary_switches|nr_involuntary_switches)\s*:\s*(\d+)", re.M)
+_CTXT_FIELDS = re.compile(rb"^(voluntary_ctxt_switches|nonvoluntary_ctxt_switches):\s*(\d+)", re.M)
+
+
+def parse_thread_sched(schedstat: bytes, stat: bytes, switches: bytes = b"") -> ThreadSched:
+    """From ``/proc/PID/task/TID/schedstat`` (``exec_ns delay_ns timeslices``),
+    ``.../stat``, whose field 39 is the CPU the thread last ran on (fields
+    counted from 1; the comm in parentheses may hold spaces), and
+    ``switches``: the thread's ``sched`` file (CONFIG_SCHED_DEBUG: switches and
+    ``se.nr_migrations``) or, without one, its ``status`` (switches only)."""
     exec_ns, delay_ns = schedstat.split()[:2]
-    after_comm = stat[stat.rindex(b")") + 2 :].split()
-    return ThreadSched(int(exec_ns), int(delay_ns), int(after_comm[39 - 3]))
+    close = stat.rindex(b")")
+    name = stat[stat.index(b"(") + 1 : close].decode(errors="replace")
+    after_comm = stat[close + 2 :].split()
+    fields = {k: int(v) for k, v in _SCHED_FIELDS.findall(switches)}
+    if fields:
+        return ThreadSched(
+            int(exec_ns),
+            int(delay_ns),
+            int(after_comm[39 - 3]),
+            name,
+            fields.get(b"nr_voluntary_switches", 0),
+            fields.get(b"nr_involuntary_switches", 0),
+            fields.get(b"se.nr_migrations"),
+        )
+    ctxt = {k: int(v) for k, v in _CTXT_FIELDS.findall(switches)}
+    return ThreadSched(
+        int(exec_ns),
+        int(delay_ns),
+        int(after_comm[39 - 3]),
+        name,
+        ctxt.get(b"voluntary_ctxt_switches", 0),
+        ctxt.get(b"nonvoluntary_ctxt_switches", 0),
+    )
+
+
+# The kernel's sched file where it has one (CONFIG_SCHED_DEBUG), else status.
+SWITCHES_FILE = "sched" if os.path.exists("/proc/self/sched") else "status"
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
 
 
 def read_thread_sched(pid: int, tid: int | str) -> ThreadSched | None:
     """A thread's :class:`ThreadSched`; ``None`` once it is gone."""
+    base = f"/proc/{pid}/task/{tid}"
     try:
-        with open(f"/proc/{pid}/task/{tid}/schedstat", "rb") as f:
-            schedstat = f.read()
-        with open(f"/proc/{pid}/task/{tid}/stat", "rb") as f:
-            stat = f.read()
-        return parse_thread_sched(schedstat, stat)
+        return parse_thread_sched(_read(f"{base}/schedstat"), _read(f"{base}/stat"), _read(f"{base}/{SWITCHES_FILE}"))
     except (OSError, ValueError, IndexError):
         return None
 
@@ -221,3 +285,53 @@ def descendants(root: int, children: dict[int, list[int]]) -> set[int]:
                 found.add(child)
                 stack.append(child)
     return found
+
+
+def read_cur_freq_khz(cpus, sys_root: str | Path = "/sys") -> dict[int, int]:
+    """Each of ``cpus``' current frequency (``cpufreq/scaling_cur_freq``, kHz);
+    CPUs without cpufreq (most VMs) are left out."""
+    out = {}
+    for cpu in cpus:
+        try:
+            out[cpu] = int(_read(f"{sys_root}/devices/system/cpu/cpu{cpu}/cpufreq/scaling_cur_freq"))
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+@dataclass(frozen=True)
+class RaplDomain:
+    """One package's RAPL energy counter under ``/sys/class/powercap``."""
+
+    name: str  # e.g. "package-0"
+    path: str  # its energy_uj
+    max_uj: int  # the counter wraps here
+
+
+def rapl_packages(sys_root: str | Path = "/sys") -> list[RaplDomain]:
+    """The package domains (``intel-rapl:N``, also AMD's since Linux 5.8) whose
+    energy counter this process can read (root only since Linux 5.10)."""
+    found = []
+    for zone in sorted(Path(sys_root, "class/powercap").glob("intel-rapl:[0-9]*")):
+        if ":" in zone.name.split(":", 1)[1]:  # a subzone (core, dram): inside its package's figure
+            continue
+        try:
+            name = (zone / "name").read_text().strip()
+            int((zone / "energy_uj").read_text())
+            max_uj = int((zone / "max_energy_range_uj").read_text())
+        except (OSError, ValueError):
+            continue
+        if name.startswith("package"):
+            found.append(RaplDomain(name, str(zone / "energy_uj"), max_uj))
+    return found
+
+
+def read_energy_uj(domains: list[RaplDomain]) -> dict[str, int]:
+    """Each domain's energy counter now (microjoules); unreadable ones left out."""
+    out = {}
+    for domain in domains:
+        try:
+            out[domain.name] = int(_read(domain.path))
+        except (OSError, ValueError):
+            continue
+    return out

@@ -40,7 +40,7 @@ from omni.progress import BOARD
 from omni.provenance import behaviour_env, merge_engine_provenance
 from omni.provisioning import kv_overprovisioned
 from omni.resources import ArmResources, env_name
-from omni.sampler import MIN_WINDOW_S, TreeSampler, summarize, summarize_interference
+from omni.sampler import MIN_WINDOW_S, TreeSampler, summarize, summarize_interference, summarize_telemetry
 from omni.serving import LEVELS_KEY, REQUESTS_KEY, run_serving, server_provenance
 from omni.spec import Arm, arm_hash, canonical_arm_json
 from omni.topology import format_cpulist
@@ -510,6 +510,7 @@ def fill_interference(row: dict, sampler: TreeSampler, item: PlanItem) -> None:
         interference_samples=found.samples,
         interference_cpu_ms=sampler.interference_cpu_s * 1000,
     )
+    fill_telemetry(row, sampler, item)
     if found.peak_pct is not None and found.peak_pct > INTERFERENCE_BOUND_PCT:
         sibling = " (an idle SMT sibling of the slot)" if found.peak_cpu in item.slot.siblings else ""
         warn(
@@ -521,6 +522,35 @@ def fill_interference(row: dict, sampler: TreeSampler, item: PlanItem) -> None:
             f"{found.run_delay_ms_per_s:.0f} ms/s for a CPU): a thread an OpenMP barrier waits on was slowed, "
             "so every thread was",
         )
+
+
+def fill_telemetry(row: dict, sampler: TreeSampler, item: PlanItem) -> None:
+    """What else moved during the timed part: switches, migrations, faults,
+    steal, irq, frequency and energy, over the same window as the interference."""
+    found = summarize_telemetry(
+        sampler.interference,
+        (*item.slot.cpus, *item.slot.siblings),
+        list(sampler.threads.values()),
+        sampler.rapl_wraps(),
+    )
+    power = found.energy_j / found.window_s if found.energy_j is not None and found.window_s else None
+    tokens = (row.get("batch_size") or 0) * (row.get("max_tokens") or 0)
+    row.update(
+        telemetry_window_s=found.window_s,
+        ctx_switches_voluntary=found.nvcsw,
+        ctx_switches_involuntary=found.nivcsw,
+        cpu_migrations=found.migrations,
+        minor_faults=found.minflt,
+        major_faults=found.majflt,
+        steal_pct=found.steal_pct,
+        irq_pct=found.irq_pct,
+        cpu_freq_mhz=found.freq_mhz,
+        cpu_freq_min_mhz=found.freq_min_mhz,
+        energy_j=found.energy_j,
+        power_w=power,
+        joules_per_token=power * row["e2e_s"] / tokens if power and row.get("e2e_s") and tokens else None,
+        thread_sched=found.threads or None,
+    )
 
 
 def serving_row(ctx: RunContext, item: PlanItem, res: ArmResources, row: dict, workdir: Path) -> dict:
@@ -576,7 +606,7 @@ def run_arm(ctx: RunContext, item: PlanItem) -> dict:
     env = engine_env(item)
     row["env_vars"] = behaviour_env(env)  # what omni passed; the engine's own report replaces it
     BOARD.phase(item.run_id, "starting the engine")
-    with EngineProcess(argv, env, item.run_id, workdir / "engine.log") as proc:
+    with EngineProcess(argv, env, item.run_id, workdir / "engine.log", item.slot.cpus) as proc:
         finished = proc.wait(ctx.timeout_s)
         BOARD.phase(item.run_id, "reaping")
     fill_outcome(row, proc, finished, ctx.timeout_s, workdir)

@@ -43,16 +43,21 @@ from omni.procfs import (
     KIB_PER_MIB,
     StatmReader,
     ThreadSched,
-    cpu_times,
+    busy_idle,
+    cpu_stat,
     descendants,
     parent_map,
+    rapl_packages,
+    read_cur_freq_khz,
+    read_energy_uj,
+    read_faults,
     read_numa_maps,
     read_pss_anon_kib,
     read_status,
     read_thread_policy,
     read_threads_sched,
 )
-from omni.topology import parse_cpulist
+from omni.topology import format_cpulist, parse_cpulist
 
 NUMA_PHASES = ("steady",)  # phase marks that trigger a numa_maps read (plus the first mark)
 # Interference is sampled from the first of these marks to the last: the timed part.
@@ -121,6 +126,35 @@ class InterferenceSample:
     busy_s: dict[int, float]
     tree_s_by_cpu: dict[int, float]
     run_delay_s: float
+    # cumulative too: every CPU's steal and irq + softirq seconds, the tree's
+    # context switches, migrations (None: no sched file) and page faults, and
+    # each RAPL package's energy counter (uJ, wrapping); the sampled CPUs'
+    # frequency at this moment (kHz)
+    steal_s: dict[int, float] = field(default_factory=dict)
+    irq_s: dict[int, float] = field(default_factory=dict)
+    nvcsw: int = 0
+    nivcsw: int = 0
+    migrations: int | None = None
+    minflt: int = 0
+    majflt: int = 0
+    energy_uj: dict[str, int] = field(default_factory=dict)
+    freq_khz: dict[int, int] = field(default_factory=dict)
+
+
+@dataclass
+class ThreadTotals:
+    """One engine thread's counters over the timed part."""
+
+    pid: int
+    tid: int
+    process: str
+    name: str
+    cpu_s: float = 0.0
+    run_delay_s: float = 0.0
+    nvcsw: int = 0
+    nivcsw: int = 0
+    migrations: int | None = None
+    cpus: set[int] = field(default_factory=set)
 
 
 @dataclass
@@ -152,6 +186,8 @@ class TreeSampler:
     phase_marks: list[tuple[float, str]] = field(default_factory=list)
     interference: list[InterferenceSample] = field(default_factory=list)
     interference_cpu_s: float = 0.0
+    cpus: tuple[int, ...] = ()  # the slot's CPUs: their frequency is sampled with interference
+    threads: dict[tuple[int, int], ThreadTotals] = field(default_factory=dict)  # over the timed part
 
     def __post_init__(self) -> None:
         self._stopping = False
@@ -174,6 +210,11 @@ class TreeSampler:
         self._sched: dict[tuple[int, int], ThreadSched] = {}
         self._tree_s_by_cpu: dict[int, float] = {}
         self._run_delay_s = 0.0
+        self._switches = [0, 0, 0]  # voluntary, involuntary, migrations: the tree's, since the first sample
+        self._has_migrations = True
+        self._faults: dict[int, tuple[int, int]] = {}
+        self._fault_totals = [0, 0]
+        self._rapl = rapl_packages()
         self._thread = threading.Thread(target=self._loop, name=f"sampler-{self.root_pid}", daemon=True)
 
     def start(self) -> TreeSampler:
@@ -205,6 +246,10 @@ class TreeSampler:
                 self._interference_on = False
                 self.error = self.error or f"sampler failed: {type(err).__name__}: {err}"
             self._next_interference = time.monotonic() + INTERFERENCE_PERIOD_S
+
+    def rapl_wraps(self) -> dict[str, int]:
+        """Where each RAPL package's energy counter wraps (uJ)."""
+        return {d.name: d.max_uj for d in self._rapl}
 
     def numa_not_steady(self) -> list[NumaSeen] | None:
         """Processes of the tree at the steady mark whose numa_maps got no read
@@ -272,7 +317,8 @@ class TreeSampler:
         """Add one :class:`InterferenceSample`. Each thread's CPU time since the
         last sample goes to the CPU it last ran on (exact when engines bind one
         OpenMP thread per CPU). A thread first seen after the first sample is
-        new, so all of its counters count; one that ended since is lost."""
+        new, so all of its counters count; one that ended since is lost (its
+        page faults are not: a process's count holds its exited threads')."""
         pids = set(self._pids)
         if refresh:  # at a mark: children the paced tree refresh has not found yet
             pids |= descendants(self.root_pid, parent_map())
@@ -284,14 +330,70 @@ class TreeSampler:
                 continue
             if before and now.exec_ns < before.exec_ns:  # a reused tid: another thread
                 before = None
-            exec_ns = now.exec_ns - (before.exec_ns if before else 0)
-            delay_ns = now.run_delay_ns - (before.run_delay_ns if before else 0)
-            self._tree_s_by_cpu[now.cpu] = self._tree_s_by_cpu.get(now.cpu, 0.0) + exec_ns / 1e9
-            self._run_delay_s += delay_ns / 1e9
-        busy = {cpu: ticks / CLK_TCK for cpu, (ticks, _) in cpu_times().items()}
+            self._add_thread(key, before, now)
+        self._add_faults(pids, first)
+        stat = cpu_stat()
+        busy = {cpu: busy_idle(c)[0] / CLK_TCK for cpu, c in stat.items()}
         self.interference.append(
-            InterferenceSample(time.monotonic(), self._phase, busy, dict(self._tree_s_by_cpu), self._run_delay_s)
+            InterferenceSample(
+                time.monotonic(),
+                self._phase,
+                busy,
+                dict(self._tree_s_by_cpu),
+                self._run_delay_s,
+                steal_s={cpu: c["steal"] / CLK_TCK for cpu, c in stat.items()},
+                irq_s={cpu: (c["irq"] + c["softirq"]) / CLK_TCK for cpu, c in stat.items()},
+                nvcsw=self._switches[0],
+                nivcsw=self._switches[1],
+                migrations=self._switches[2] if self._has_migrations else None,
+                minflt=self._fault_totals[0],
+                majflt=self._fault_totals[1],
+                energy_uj=read_energy_uj(self._rapl),
+                freq_khz=read_cur_freq_khz(self.cpus),
+            )
         )
+
+    def _add_thread(self, key: tuple[int, int], before: ThreadSched | None, now: ThreadSched) -> None:
+        """One thread's counters since the last sample, to the tree's and its own totals."""
+        exec_s = (now.exec_ns - (before.exec_ns if before else 0)) / 1e9
+        delay_s = (now.run_delay_ns - (before.run_delay_ns if before else 0)) / 1e9
+        nvcsw = now.nvcsw - (before.nvcsw if before else 0)
+        nivcsw = now.nivcsw - (before.nivcsw if before else 0)
+        self._tree_s_by_cpu[now.cpu] = self._tree_s_by_cpu.get(now.cpu, 0.0) + exec_s
+        self._run_delay_s += delay_s
+        self._switches[0] += nvcsw
+        self._switches[1] += nivcsw
+        migrations = None
+        if now.migrations is None:
+            self._has_migrations = False
+        else:
+            migrations = now.migrations - ((before.migrations or 0) if before else 0)
+            self._switches[2] += migrations
+        pid = key[0]
+        totals = self.threads.get(key)
+        if totals is None:
+            process = self.seen[pid].name if pid in self.seen else "?"
+            totals = self.threads[key] = ThreadTotals(pid, key[1], process, now.name)
+        totals.cpu_s += exec_s
+        totals.run_delay_s += delay_s
+        totals.nvcsw += nvcsw
+        totals.nivcsw += nivcsw
+        totals.migrations = None if migrations is None else (totals.migrations or 0) + migrations
+        if exec_s > 0:
+            totals.cpus.add(now.cpu)
+
+    def _add_faults(self, pids: set[int], first: bool) -> None:
+        for pid in pids:
+            now = read_faults(pid)
+            if now is None:
+                continue
+            before = self._faults.get(pid)
+            self._faults[pid] = now
+            if first:
+                continue
+            before = before or (0, 0)
+            self._fault_totals[0] += max(0, now[0] - before[0])
+            self._fault_totals[1] += max(0, now[1] - before[1])
 
     def _refresh_tree(self) -> None:
         """Find new descendants, and read every member's binding and state."""
@@ -487,6 +589,105 @@ def summarize_interference(
         run_delay_ms_per_s=delay_ms / window,
         window_s=window,
         samples=len(samples),
+    )
+
+
+# Threads listed one by one in a row's thread_sched, busiest first; the rest
+# are summed into one entry. An 8-core vLLM tree has about 70 threads, most idle.
+THREADS_LISTED = 12
+
+
+@dataclass(frozen=True)
+class Telemetry:
+    """What else moved during the timed part, from the same samples as
+    :class:`Interference`: the tree's switches, migrations and faults, the
+    slot CPUs' steal, irq and frequency, the packages' energy, and per thread."""
+
+    window_s: float | None
+    nvcsw: int | None
+    nivcsw: int | None
+    migrations: int | None
+    minflt: int | None
+    majflt: int | None
+    steal_pct: float | None  # of the slot CPUs' capacity over the window
+    irq_pct: float | None
+    freq_mhz: float | None  # mean over the slot CPUs and samples; None without cpufreq
+    freq_min_mhz: float | None
+    energy_j: float | None  # every RAPL package's, None where none is readable
+    threads: list[dict]
+
+
+def _energy_j(first: InterferenceSample, last: InterferenceSample, wraps: dict[str, int]) -> float | None:
+    """Joules between two samples over the packages both read; a counter that
+    went down wrapped once (at its max_energy_range_uj)."""
+    names = set(first.energy_uj) & set(last.energy_uj)
+    if not names:
+        return None
+    total = 0
+    for name in names:
+        delta = last.energy_uj[name] - first.energy_uj[name]
+        total += delta if delta >= 0 else delta + wraps.get(name, 0)
+    return total / 1e6
+
+
+def thread_table(threads: list[ThreadTotals], listed: int = THREADS_LISTED) -> list[dict]:
+    """The busiest ``listed`` threads, each a dict, then one entry summing the rest."""
+    ranked = sorted(threads, key=lambda t: -t.cpu_s)
+
+    def entry(name: str, process: str, group: list[ThreadTotals], tid: int | None) -> dict:
+        migrations = [t.migrations for t in group]
+        return {
+            "name": name,
+            "process": process,
+            "tid": tid,
+            "threads": len(group),
+            "cpu_s": round(sum(t.cpu_s for t in group), 4),
+            "run_delay_ms": round(1000 * sum(t.run_delay_s for t in group), 3),
+            "nvcsw": sum(t.nvcsw for t in group),
+            "nivcsw": sum(t.nivcsw for t in group),
+            "migrations": None if None in migrations else sum(migrations),
+            "cpus": format_cpulist(sorted(set().union(*(t.cpus for t in group)))),
+        }
+
+    table = [entry(t.name, t.process, [t], t.tid) for t in ranked[:listed]]
+    if ranked[listed:]:
+        table.append(entry("(other threads)", "", ranked[listed:], None))
+    return table
+
+
+def summarize_telemetry(
+    samples: list[InterferenceSample],
+    cpus: tuple[int, ...],
+    threads: list[ThreadTotals] = (),
+    wraps: dict[str, int] | None = None,
+) -> Telemetry:
+    """:class:`Telemetry` over ``samples`` on ``cpus``; ``None`` figures with
+    fewer than two samples or no time between them."""
+    cpus = tuple(sorted(set(cpus)))
+    if len(samples) < 2 or samples[-1].t <= samples[0].t or not cpus:
+        return Telemetry(None, None, None, None, None, None, None, None, None, None, None, [])
+    first, last = samples[0], samples[-1]
+    window = last.t - first.t
+    capacity = window * len(cpus)
+
+    def share(attr: str) -> float:
+        a, b = getattr(first, attr), getattr(last, attr)
+        return min(100.0, 100 * sum(b.get(c, 0.0) - a.get(c, 0.0) for c in cpus) / capacity)
+
+    freqs = [f / 1000 for s in samples for c, f in s.freq_khz.items() if c in cpus]
+    return Telemetry(
+        window_s=window,
+        nvcsw=last.nvcsw - first.nvcsw,
+        nivcsw=last.nivcsw - first.nivcsw,
+        migrations=None if last.migrations is None or first.migrations is None else last.migrations - first.migrations,
+        minflt=last.minflt - first.minflt,
+        majflt=last.majflt - first.majflt,
+        steal_pct=share("steal_s"),
+        irq_pct=share("irq_s"),
+        freq_mhz=statistics.mean(freqs) if freqs else None,
+        freq_min_mhz=min(freqs) if freqs else None,
+        energy_j=_energy_j(first, last, wraps or {}),
+        threads=thread_table(list(threads)),
     )
 
 

@@ -289,7 +289,7 @@ def run_serving(item: PlanItem, res, row: dict, workdir: Path, payload: dict, ti
     levels = level_order(arm_levels(load), seed, item.run_id)
     records, requests = [], []
     BOARD.phase(item.run_id, "starting the server")
-    with EngineProcess(argv, env, item.run_id, workdir / "engine.log") as proc:
+    with EngineProcess(argv, env, item.run_id, workdir / "engine.log", item.slot.cpus) as proc:
         if item.arm.engine == "llamacpp":
             proc.sampler.mark("load")
         try:

@@ -340,6 +340,12 @@ def _v10_to_v11(table: pa.Table) -> pa.Table:
     return table
 
 
+def _v11_to_v12(table: pa.Table) -> pa.Table:
+    """v12 added the timed window's telemetry (switches, migrations, faults,
+    steal, irq, frequency, energy, per thread): not measured before, so null."""
+    return table
+
+
 UPGRADES: dict[int, Callable[[pa.Table], pa.Table]] = {
     1: _v1_to_v2,
     2: _v2_to_v3,
@@ -351,6 +357,7 @@ UPGRADES: dict[int, Callable[[pa.Table], pa.Table]] = {
     8: _v8_to_v9,
     9: _v9_to_v10,
     10: _v10_to_v11,
+    11: _v11_to_v12,
 }
 
 

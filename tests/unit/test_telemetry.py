@@ -1,0 +1,149 @@
+"""What else moved during a run's timed part: switches, migrations, faults,
+steal, irq, frequency, energy, per thread; from counters, as the sampler reads them."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import pytest
+
+from omni.procfs import (
+    busy_idle,
+    cpu_stat,
+    parse_thread_sched,
+    rapl_packages,
+    read_cur_freq_khz,
+    read_energy_uj,
+    read_faults,
+    read_thread_sched,
+)
+from omni.sampler import InterferenceSample, ThreadTotals, TreeSampler, summarize_telemetry, thread_table
+
+STAT = b"4242 (VLLM::EngineCor) R 1 4242 4242 0 -1 4194304 " + b" ".join(b"%d" % i for i in range(10, 46))
+SCHED = b"""VLLM::EngineCor (4242, #threads: 9)
+-------------------------------------------------------------------
+se.exec_start                                :      22522070.968687
+se.nr_migrations                             :                   17
+nr_switches                                  :                  130
+nr_voluntary_switches                        :                  100
+nr_involuntary_switches                      :                   30
+"""
+STATUS = b"Name:\tpython\nState:\tR (running)\nvoluntary_ctxt_switches:\t7\nnonvoluntary_ctxt_switches:\t3\n"
+
+
+def test_a_threads_switches_and_migrations_come_from_its_sched_file():
+    got = parse_thread_sched(b"123 45 6\n", STAT, SCHED)
+    assert (got.name, got.nvcsw, got.nivcsw, got.migrations) == ("VLLM::EngineCor", 100, 30, 17)
+
+
+def test_without_a_sched_file_switches_come_from_status_and_migrations_are_unknown():
+    got = parse_thread_sched(b"123 45 6\n", STAT, STATUS)
+    assert (got.nvcsw, got.nivcsw, got.migrations) == (7, 3, None)
+
+
+def test_this_threads_counters_read_live():
+    mine = read_thread_sched(os.getpid(), threading.get_native_id())
+    assert mine is not None and mine.exec_ns > 0 and mine.name
+    minor, major = read_faults(os.getpid())
+    assert minor > 0 and major >= 0
+    assert read_faults(2**22 + 1) is None  # no such process
+    counters = cpu_stat()
+    assert counters and all(busy_idle(c)[0] >= c["steal"] for c in counters.values())
+
+
+def sample(t, nivcsw=0, nvcsw=0, migrations=0, steal=0.0, irq=0.0, freq=None, energy=None, minflt=0, majflt=0):
+    return InterferenceSample(
+        t,
+        "loaded",
+        {},
+        {},
+        0.0,
+        steal_s={0: steal, 1: steal},
+        irq_s={0: irq, 1: 0.0},
+        nvcsw=nvcsw,
+        nivcsw=nivcsw,
+        migrations=migrations,
+        minflt=minflt,
+        majflt=majflt,
+        energy_uj=energy or {},
+        freq_khz=freq or {},
+    )
+
+
+def test_telemetry_is_the_difference_over_the_window_as_shares_of_the_slot():
+    samples = [
+        sample(10.0, freq={0: 3_000_000, 1: 2_000_000}, energy={"package-0": 1_000_000}),
+        sample(12.0, 40, 500, 6, steal=0.2, irq=0.04, freq={0: 2_000_000, 1: 2_000_000}, minflt=90, majflt=1,
+               energy={"package-0": 101_000_000}),
+    ]  # fmt: skip
+    got = summarize_telemetry(samples, (0, 1))
+    assert (got.window_s, got.nivcsw, got.nvcsw, got.migrations, got.minflt, got.majflt) == (2.0, 40, 500, 6, 90, 1)
+    assert got.steal_pct == pytest.approx(10)  # 0.4 CPU-s of 4
+    assert got.irq_pct == pytest.approx(1)  # 0.04 of 4
+    assert (got.freq_mhz, got.freq_min_mhz) == (pytest.approx(2250), 2000)
+    assert got.energy_j == pytest.approx(100)
+
+
+def test_a_wrapped_energy_counter_counts_its_range_and_no_rapl_is_none():
+    samples = [sample(0.0, energy={"package-0": 900}), sample(1.0, energy={"package-0": 100})]
+    assert summarize_telemetry(samples, (0,), wraps={"package-0": 1000}).energy_j == pytest.approx(200 / 1e6)
+    none = summarize_telemetry([sample(0.0), sample(1.0, migrations=None)], (0,))
+    assert none.energy_j is None and none.freq_mhz is None and none.migrations is None
+    assert summarize_telemetry([sample(0.0)], (0,)).window_s is None  # one sample: no window
+
+
+def test_the_thread_table_lists_the_busiest_then_sums_the_rest():
+    threads = [ThreadTotals(1, 10 + i, "python3", f"t{i}", cpu_s=i, nivcsw=i, cpus={i % 2}) for i in range(5)]
+    threads[0].migrations = None
+    table = thread_table(threads, listed=2)
+    assert [t["name"] for t in table] == ["t4", "t3", "(other threads)"]
+    assert table[0]["cpus"] == "0" and table[1]["cpus"] == "1"
+    rest = table[2]
+    assert (rest["threads"], rest["cpu_s"], rest["nivcsw"], rest["migrations"], rest["cpus"]) == (3, 3, 3, None, "0-1")
+
+
+def test_rapl_and_frequency_come_from_sysfs_where_it_has_them(tmp_path):
+    for zone, name, energy in (("intel-rapl:0", "package-0", 5), ("intel-rapl:0:0", "core", 1), ("intel-rapl:1", "dram", 2)):  # fmt: skip
+        d = tmp_path / "class/powercap" / zone
+        d.mkdir(parents=True)
+        (d / "name").write_text(name + "\n")
+        (d / "energy_uj").write_text(f"{energy}\n")
+        (d / "max_energy_range_uj").write_text("262143328850\n")
+    domains = rapl_packages(tmp_path)
+    assert [d.name for d in domains] == ["package-0"]  # subzones and non-package zones are not the package's
+    assert read_energy_uj(domains) == {"package-0": 5}
+    freq = tmp_path / "devices/system/cpu/cpu3/cpufreq"
+    freq.mkdir(parents=True)
+    (freq / "scaling_cur_freq").write_text("2400000\n")
+    assert read_cur_freq_khz((2, 3), tmp_path) == {3: 2400000}
+    assert rapl_packages(tmp_path / "nothing") == []
+
+
+def test_the_sampler_counts_a_busy_threads_telemetry_over_the_timed_part():
+    """This process as the tree: a thread that burns CPU between the marks is
+    in the table with its CPU time, and the tree's counters add up."""
+    stop = threading.Event()
+
+    def burn() -> None:
+        while not stop.is_set():
+            sum(range(10_000))
+            time.sleep(0.001)  # a voluntary switch each round
+
+    worker = threading.Thread(target=burn, name="burner")
+    sampler = TreeSampler(os.getpid(), cpus=tuple(sorted(os.sched_getaffinity(0)))).start()
+    try:
+        worker.start()
+        sampler.mark("loaded")
+        time.sleep(1.5)
+        sampler.mark("steady")
+    finally:
+        stop.set()
+        worker.join()
+        sampler.stop()
+    got = summarize_telemetry(sampler.interference, sampler.cpus, list(sampler.threads.values()))
+    assert got.window_s and got.nvcsw > 10 and got.nivcsw >= 0 and got.minflt >= 0
+    by_tid = {t["tid"]: t for t in got.threads}
+    burner = by_tid[worker.native_id]
+    assert burner["cpu_s"] > 0 and burner["nvcsw"] > 10 and burner["cpus"]
