@@ -11,6 +11,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from omni import units
+from omni.columns import COLUMNS_BY_NAME
 from omni.compare import Change, SweepComparison
 from omni.controls import untrusted
 from omni.objstore import ResultsPath, results_root
@@ -45,6 +46,42 @@ def verdict_text(judged: Judged) -> str:
     if c.passes_needed:
         text += f", needs {c.passes_needed} passes"
     return text
+
+
+def bimodal_note(summary: SweepSummary, arm: str, metric: str) -> str:
+    """What a verdict (or the baseline's row) says when its runs fell into two
+    states: `` (bimodal arm: see states)``; empty otherwise."""
+    if arm == summary.baseline:
+        return " (bimodal: see states)" if (arm, metric) in summary.states else ""
+    judged = summary.judged.get((arm, metric))
+    sides = judged.bimodal if judged else ()
+    return f" (bimodal {' and '.join(sides)}: see states)" if sides else ""
+
+
+def states_text(summary: SweepSummary, arm: str, metric: str) -> str:
+    """``2 states: 3 runs near 480, 2 near 1150 tok/s; the slow runs had …``
+    (omni.modes), the low state first."""
+    modes, explained = summary.modes[(arm, metric)], summary.states[(arm, metric)]
+    unit = COLUMNS_BY_NAME[metric].unit
+    low, high = modes.clusters
+    return (
+        f"2 states: {low.count} runs near {format_number(low.median)}, {high.count} near "
+        f"{format_number(high.median)}{f' {unit}' if unit else ''}; {explained.text}"
+    )
+
+
+def states_lines(summary: SweepSummary, metrics=None) -> list[str]:
+    """A title and one line per arm and metric whose runs fell into two states."""
+    keys = [(a, m) for (a, m) in summary.states if metrics is None or m in metrics]
+    if not keys:
+        return []
+    lines = [
+        "",
+        "States (an arm's runs in two clusters, the primary metrics tested; docs/statistics.md "
+        '"Two states: bimodal runs"): its interval and verdict pool two behaviours of the host or engine.',
+        "",
+    ]
+    return lines + [f"- `{arm}` {metric}: {states_text(summary, arm, metric)}" for arm, metric in keys]
 
 
 def median_interval(cell) -> str:
@@ -122,6 +159,7 @@ def summary_markdown(summary: SweepSummary) -> str:
             f"bootstrap's would be [min, max], which holds the median {min_max_coverage(3):.0%} of the time at "
             f"3 runs, {min_max_coverage(4):.1%} at 4; min and max are shown.",
         ]
+    lines += states_lines(summary)
     if summary.control and not summary.hosts:  # a replicated sweep's control is judged per host, below
         judged = [
             summary.judged[(summary.control, m)] for m in summary.metrics if (summary.control, m) in summary.judged
@@ -240,6 +278,7 @@ def _cell_line(summary: SweepSummary, arm: str, metric: str) -> str:
     verdict = "baseline" if arm == summary.baseline else verdict_text(summary.judged[(arm, metric)])
     if arm not in (summary.baseline, summary.control) and arm not in summary.void and untrusted(summary, arm, metric):
         verdict += " (untrustworthy: see the control)"
+    verdict += bimodal_note(summary, arm, metric)
     outliers = f" ({len(cell.outliers)} outlier(s))" if cell.outliers else ""
     return (
         f"| {arm_label(summary, arm)} | {metric} | {cell.n}{outliers} | {format_number(cell.median)} "
@@ -282,6 +321,7 @@ def verdicts_markdown(summary: SweepSummary, metrics: tuple[str, ...] = HEADLINE
                 continue
             cells = [_short_verdict(summary, arm, m) for m in names]
             lines.append(f"| {arm_label(summary, arm)} | " + " | ".join(cells) + " |")
+    lines += states_lines(summary, shown)
     voided = {summary.baseline, *summary.arms} & set(summary.void)
     lines += (
         ["", *[f"VOID `{arm}`: {summary.void[arm]}; kept out of every verdict" for arm in voided]] if voided else []
@@ -295,7 +335,11 @@ def _short_verdict(summary: SweepSummary, arm: str, metric: str) -> str:
     judged = summary.judged[(arm, metric)]
     if judged.refused and judged.refused.startswith("VOID"):
         return judged.refused.split(":")[0]  # the reason once, below the table
-    return verdict_text(judged) + (" (untrustworthy)" if untrusted(summary, arm, metric) else "")
+    return (
+        verdict_text(judged)
+        + (" (untrustworthy)" if untrusted(summary, arm, metric) else "")
+        + bimodal_note(summary, arm, metric)
+    )
 
 
 def provenance_lines(provenance: dict) -> list[str]:
@@ -423,6 +467,29 @@ def as_json(summary: SweepSummary) -> dict:
             for (arm, m), j in summary.judged.items()
         ],
         "hosts": {host: as_json(part) for host, part in summary.hosts.items()},
+        "states": [states_json(summary, arm, m) for arm, m in summary.states],
+    }
+
+
+def states_json(summary: SweepSummary, arm: str, metric: str) -> dict:
+    """One bimodal arm and metric: its states, the test and what separates them (inf as null)."""
+    modes, explained = summary.modes[(arm, metric)], summary.states[(arm, metric)]
+
+    def finite(value):
+        return value if value is None or math.isfinite(value) else None
+
+    return {
+        "arm": arm,
+        "metric": metric,
+        "clusters": [asdict(c) for c in modes.clusters],
+        "statistic": finite(modes.statistic),
+        "critical": modes.critical,
+        "swing": modes.swing,
+        "explanation": explained.text,
+        "separators": [
+            {"column": s.column, "key": s.key, "text": s.text, "ratio": finite(s.ratio), "chance": s.chance}
+            for s in explained.separators
+        ],
     }
 
 

@@ -20,11 +20,13 @@ from omni.report import (
     VERDICT_COLORS,
     arm_label,
     as_json,
+    bimodal_note,
     collapse_warnings,
     format_number,
     median_interval,
     metric_groups,
     serving_markdown,
+    states_text,
     verdict_method,
     verdict_text,
 )
@@ -209,6 +211,7 @@ def _result_row(summary: SweepSummary, arm: str, metric: str) -> str:
     verdict = "baseline" if arm == summary.baseline else verdict_text(summary.judged[(arm, metric)])
     if untrusted(summary, arm, metric) and arm not in (summary.baseline, summary.control, *summary.void):
         verdict += " (untrustworthy)"
+    verdict += bimodal_note(summary, arm, metric)
     cv = f"{cell.cv:.1%}" if cell.cv is not None else "-"
     link = f'<a href="#metric-{html.escape(metric)}">{html.escape(metric)}</a>'
     cells = [
@@ -225,6 +228,17 @@ def _result_row(summary: SweepSummary, arm: str, metric: str) -> str:
         html.escape(verdict),
     ]
     return "<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>"
+
+
+def states_list(summary: SweepSummary) -> str:
+    """The arms whose runs fell into two states on a primary metric, and what separates them."""
+    if not summary.states:
+        return ""
+    items = "".join(
+        f"<li><code>{html.escape(arm)}</code> {html.escape(metric)}: {html.escape(states_text(summary, arm, metric))}</li>"
+        for arm, metric in summary.states
+    )
+    return f'<p>Two states (an arm\'s runs in two clusters; its verdict pools them):</p><ul id="states">{items}</ul>'
 
 
 def provenance_table(summary: SweepSummary) -> str:
@@ -348,6 +362,7 @@ def html_report(summary: SweepSummary, history: dict | None = None) -> str:
         f"<p>{html.escape(verdict_method(summary))} Each run is the median of its iterations. {legend}</p>",
         f'<div id="forest">{forest_svg(summary, summary.primary or None)}</div>',
         f'<details id="forest-others"><summary>Other metrics</summary>{other_forest}</details>' if other_forest else "",
+        states_list(summary),
         "</section>",
         *serving_section(summary),
         '<section id="results-table"><h2>Results per arm</h2>',

@@ -358,3 +358,77 @@ def test_too_few_passes_is_one_line_and_warnings_of_one_rule_collapse(tmp_path):
         "mixed compile cache: z",
     ]
     assert collapse_warnings(["too_few_passes: a", "r: 1", "r: 2", "r: 3"]) == ["too_few_passes: a", "r (3): 1; 2; 3"]
+
+
+def _store_states(results: Path, sweep_id: str, arms: dict[str, list[float]], nivcsw: dict[str, list[int]]) -> None:
+    """Rows with per-run telemetry: decode_tok_s, slot (every state on both), the
+    EngineCore thread's involuntary switches where ``nivcsw`` gives them."""
+    order = 0
+    for arm, values in arms.items():
+        for p, value in enumerate(values):
+            row = {
+                "run_id": f"{sweep_id}-{arm}{p}",
+                "sweep_id": sweep_id,
+                "sweep_name": "s",
+                "status": "ok",
+                "arm": arm,
+                "pass_index": p,
+                "order_index": order,
+                "slot_index": (0, 0, 1, 1, 0, 1)[p],
+                "host": "fixture-host",
+                "engine": "vllm",
+                "arm_json": json.dumps({"name": arm, "engine": "vllm"}),
+                "decode_tok_s": value,
+                "rss_anon_steady_mb": 100.0,
+                "cpu_freq_mhz": 2900.0 + p,
+                "telemetry_window_s": 1.0,
+                "started_at": T0,
+                "finished_at": T0,
+            }
+            if arm in nivcsw:
+                threads = [
+                    {"name": "EngineCore", "cpu_s": 9.0, "nvcsw": 10, "nivcsw": nivcsw[arm][p], "migrations": 2},
+                    {"name": "python", "cpu_s": 1.0, "nvcsw": 4, "nivcsw": 3, "migrations": 1},
+                ]
+                row["thread_sched"] = json.dumps(threads)
+            write_run(results, row)
+            order += 1
+
+
+def test_a_bimodal_arm_is_found_explained_and_named_beside_its_verdict(tmp_path):
+    """The arm's engine processes ran near 480 or near 1150 tok/s, the slow
+    ones with 40x the EngineCore thread's involuntary switches; the
+    baseline's runs agree. Then a bimodal baseline with no telemetry."""
+    from omni.report import verdicts_markdown
+
+    slow_fast = [480.0, 1150.0, 470.0, 1130.0, 495.0, 1160.0]
+    steady = [1000.0, 1010.0, 990.0, 1005.0, 995.0, 1002.0]
+    _store_states(tmp_path, "bi", {"base": steady, "new": slow_fast}, {"new": [4000, 90, 4100, 100, 3900, 110]})
+    summary = summarize_sweep(tmp_path, "bi")
+    modes = summary.modes[("new", "decode_tok_s")]
+    assert modes.found and [c.count for c in modes.clusters] == [3, 3]
+    assert modes.clusters[0].run_ids == ("bi-new0", "bi-new2", "bi-new4")
+    assert not summary.modes[("base", "decode_tok_s")].found and list(summary.states) == [("new", "decode_tok_s")]
+    assert not summary.modes[("new", "rss_anon_steady_mb")].found  # one memory figure: no states
+    assert summary.judged[("new", "decode_tok_s")].bimodal == ("arm",)
+    line = (
+        "- `new` decode_tok_s: 2 states: 3 runs near 480, 3 near 1,150 tok/s; the slow runs had 40x the "
+        "involuntary switches of the EngineCore thread (median 4000/s vs 100/s) (10 column(s) compared; at 3 v 3 "
+        "runs an unrelated one separates completely 10% of the time)"
+    )
+    text = summary_markdown(summary)
+    assert line in text and "(bimodal arm: see states) |" in text
+    assert "| new | decode_tok_s | 6 |" in text and "| base | decode_tok_s | 6 |" in text
+    assert line in verdicts_markdown(summary) and "(bimodal arm: see states)" in verdicts_markdown(summary)
+    assert as_json(summary)["states"][0]["separators"][0]["column"] == "thread_sched"
+
+    _store_states(tmp_path, "bb", {"base": slow_fast, "new": steady}, {})
+    summary = summarize_sweep(tmp_path, "bb")
+    assert summary.judged[("new", "decode_tok_s")].bimodal == ("baseline",)
+    text = summary_markdown(summary)
+    assert "| base | decode_tok_s | 6 |" in text and "| baseline (bimodal: see states) |" in text
+    assert "(bimodal baseline: see states) |" in text
+    assert (
+        "- `base` decode_tok_s: 2 states: 3 runs near 480, 3 near 1,150 tok/s; nothing measured separates them ("
+        in text
+    )
