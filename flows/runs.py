@@ -70,8 +70,9 @@ def error_outcome(item: PlanItem, error: BaseException) -> dict:
     return item_outcome(item, "error", why)
 
 
-def run_items(prepared) -> list[dict]:
-    """Every item of a prepared sweep on this host's slots, as Prefect tasks; their outcomes.
+def run_items(prepared, items: list[PlanItem] | None = None) -> list[dict]:
+    """Every item of a prepared sweep (or ``items`` of it: a round of a
+    ``passes: auto`` sweep) on this host's slots, as Prefect tasks; their outcomes.
 
     Interrupted meanwhile (a Prefect cancel or crash arrives here as a
     TerminationSignal, Ctrl-C as KeyboardInterrupt), it stops every run still
@@ -81,7 +82,8 @@ def run_items(prepared) -> list[dict]:
     """
     RUNS.reopen()
     try:
-        submitted = dispatch(prepared.items, prepared.slots, lambda item: run_arm_task.submit(prepared.context, item))
+        items = prepared.items if items is None else items
+        submitted = dispatch(items, prepared.slots, lambda item: run_arm_task.submit(prepared.context, item))
         return [_outcome(future, item) for item, future in submitted]
     except BaseException:
         # no log line first: after a worker's death the first one to its pipe raises SystemExit (rich)

@@ -24,7 +24,7 @@ from omni.report import summary_markdown, write_outputs
 from omni.report_html import html_report
 from omni.request import SweepRequest, request_parameters
 from omni.summary import summarize_sweep
-from omni.sweep import SKIPPED, prepare_sweep, take_over, write_manifest
+from omni.sweep import SKIPPED, prepare_sweep, run_sweep_rounds, take_over, write_manifest
 from omni.units import ratio_interval
 
 
@@ -144,7 +144,8 @@ def sweep(request: SweepRequest):
     if prepared.fleet:
         outcomes, lost = run_fleet(prepared)
     else:
-        outcomes, lost = run_items(prepared), []
+        outcomes = run_sweep_rounds(prepared, lambda items: run_items(prepared, items), log.info)
+        lost = []
     failed = [o for o in outcomes if o["status"] not in ("ok", SKIPPED)]
     compact(results, prepared.sweep_id)
     log.info("sweep %s: %d run(s), %d not ok", prepared.sweep_id, len(outcomes), len(failed))

@@ -136,7 +136,7 @@ def plan_sweep(
     sweep = loaded.sweep
     rng = random.Random(sweep.seed)
     items: list[PlanItem] = []
-    passes = passes or sweep.passes
+    passes = passes or sweep.planned_passes
     # a defaulted control needs 3 passes: a --passes below that drops it too
     dropped = sweep.control_arm if sweep.control is None and passes < 3 else None
     arms = [a for a in sweep.arms if a.name != dropped]

@@ -382,14 +382,28 @@ class Adjustment:
     primary: tuple[str, ...]
     secondary: tuple[str, ...]
     confidence: Mapping[str, float]
+    # passes: auto (omni.sequential.look_levels): the split's levels before
+    # spending, and the look (passes done, most passes) whose slice ``confidence`` is
+    fixed: Mapping[str, float] | None = None
+    look: tuple[int, int] | None = None
+    stopped: str | None = None  # passes: auto: why the sweep stopped, when it has
 
     def describe(self) -> str:
-        def level(names: tuple[str, ...]) -> str:
-            return f"{len(names)} at {100 * self.confidence[names[0]]:.4g} % each" if names else "none"
+        def level(names: tuple[str, ...], confidence: Mapping[str, float]) -> str:
+            return f"{len(names)} at {100 * confidence[names[0]]:.4g} % each" if names else "none"
 
-        return (
+        fixed = self.fixed or self.confidence
+        text = (
             f"Bonferroni, weighted, family-wise {self.alpha:.0%} per arm against the baseline: "
-            f"primary metrics {level(self.primary)}, the others {level(self.secondary)}"
+            f"primary metrics {level(self.primary, fixed)}, the others {level(self.secondary, fixed)}"
+        )
+        if self.look is None:
+            return text
+        return (
+            f"{text}; passes: auto, each metric's share spent over the looks at passes 3 to {self.look[1]} "
+            f"(alpha (n/{self.look[1]})^2): the look after pass {self.look[0]} is at "
+            f"primary {level(self.primary, self.confidence)}, the others {level(self.secondary, self.confidence)}"
+            + (f"; {self.stopped}" if self.stopped else "")
         )
 
 

@@ -24,10 +24,12 @@ from omni.columns import COLUMNS_BY_NAME, metric_columns
 from omni.controls import control_failures, control_of, prompt_audit, seed_replicas, untrusted
 from omni.errors import OmniError
 from omni.heads import DENSE_HEAD, DENSE_HEAD_ERROR
+from omni.modes import Explanation, Modes, detect_modes, explain_modes
 from omni.objstore import local_copy, results_root
 from omni.ops import HEAD_RULE, STEP_KINDS
 from omni.provisioning import memory_refusal, provisioning_of
 from omni.retract import SweepRows, ok_rows, without_retracted
+from omni.sequential import look_levels, planner
 from omni.serving_summary import ServingSummary, serving_summary
 from omni.spec import load_spec
 from omni.spec.sweep import DEFAULT_PRIMARY_METRICS
@@ -39,7 +41,6 @@ from omni.stats import (
     Summary,
     adjust_for_multiplicity,
     compare,
-    passes_needed,
     pooled_log_sd,
     summarize,
     within_run_variance,
@@ -172,6 +173,7 @@ class Judged:
     comparison: Comparison | None
     refused: str | None = None
     warnings: tuple[str, ...] = ()
+    bimodal: tuple[str, ...] = ()  # the compared arms whose runs fall into two states here (omni.modes)
 
 
 @dataclass(frozen=True)
@@ -202,6 +204,10 @@ class SweepSummary:
     primary: tuple[str, ...] = ()  # the spec's primary metrics that have values, first in ``metrics``
     adjustment: Adjustment | None = None  # each metric's interval level (multiplicity)
     serving: ServingSummary | None = None  # per-level verdicts and capacity of serving arms (omni.serving_summary)
+    # per arm and primary metric: whether its runs fall into two states (omni.modes) ...
+    modes: dict[tuple[str, str], Modes] = field(default_factory=dict)
+    # ... and, where they do, the telemetry that separates them
+    states: dict[tuple[str, str], Explanation] = field(default_factory=dict)
 
 
 def _values(frame: pd.DataFrame, arm: str, metric: str) -> list[float]:
@@ -290,17 +296,54 @@ def _within(frame: pd.DataFrame, arm: str, metric: str) -> float:
     return within_run_variance(rows[spread].tolist(), rows["iterations"].tolist())
 
 
-def _too_few_passes(metrics, arms, cells, values, effects, confidence: dict[str, float]) -> list[str]:
+def arm_states(frame: pd.DataFrame, arm: str, metric: str, min_swing: float) -> tuple[Modes, Explanation | None]:
+    """Whether ``arm``'s runs (rows ``frame``) fall into two states on
+    ``metric`` (:func:`omni.modes.detect_modes`, states closer than
+    ``min_swing`` not reported), and if so what telemetry separates the
+    worse state's runs from the better's (:func:`omni.modes.explain_modes`)."""
+    rows = frame.loc[(frame["arm"] == arm) & frame[metric].notna()]
+    ids = rows["run_id"].astype(str).tolist() if "run_id" in rows.columns else None
+    modes = detect_modes(rows[metric].astype(float).tolist(), ids, min_swing)
+    if not modes.found:
+        return modes, None
+    records = rows.to_dict("records")
+    low, high = ([records[i] for i in c.indices] for c in modes.clusters)
+    worse, better = (low, high) if COLUMNS_BY_NAME[metric].better == "higher" else (high, low)
+    labels = ("larger", "smaller") if metric_kind(metric) == "memory" else ("slow", "fast")
+    return modes, explain_modes(worse, better, labels)
+
+
+def sweep_states(frame: pd.DataFrame, arms, metrics, effects) -> tuple[dict, dict]:
+    """(modes, states) of :func:`arm_states` per arm and metric: ``metrics``
+    are the primaries only, each tested at 5 %: on all 16 an arm would be
+    "bimodal" on some metric most of the time."""
+    modes, states = {}, {}
+    for arm in arms:
+        for metric in metrics:
+            modes[(arm, metric)], explained = arm_states(frame, arm, metric, effects[metric][0])
+            if explained is not None:
+                states[(arm, metric)] = explained
+    return modes, states
+
+
+def _mark_bimodal(judged: Judged, key: tuple[str, str], baseline: str | None, states: dict) -> Judged:
+    """``judged`` marked with which of its two arms ran in two states on its metric."""
+    arm, metric = key
+    sides = tuple(side for side, name in (("arm", arm), ("baseline", baseline)) if (name, metric) in states)
+    return replace(judged, bimodal=sides) if sides else judged
+
+
+def _too_few_passes(metrics, arms, cells, values, effects, plan) -> list[str]:
     """One line: per metric, the passes that would resolve its min_effect at
     the noise seen in this sweep (pooled over arms) and the metric's
     interval level, where the sweep has fewer; primary metrics first, as
-    ``metrics`` come."""
+    ``metrics`` come. ``plan``: (metric, effect, cv) -> passes (omni.sequential.planner)."""
     short = []
     for metric in metrics:
         sd = pooled_log_sd([np.array(v) for a in arms if len(v := values[(a, metric)]) > 1 and min(v) > 0])
         if sd is None:
             continue
-        need = passes_needed(effects[metric][0], max(sd, 1e-9), confidence[metric])
+        need = plan(metric, effects[metric][0], max(sd, 1e-9))
         if min(cells[(a, metric)].n for a in arms) < need:
             short.append(f"{metric} {need} ({effects[metric][0]:.0%} at {sd:.1%} noise)")
     if not short:
@@ -310,6 +353,12 @@ def _too_few_passes(metrics, arms, cells, values, effects, confidence: dict[str,
         f"too_few_passes: {len(short)} metric(s) need more than the {have} ok run(s) per arm to tell "
         f"min_effect apart with 80 % power at their interval's level: {', '.join(short)}"
     ]
+
+
+def _stopped(results: Path, sweep_id: str, passes: int) -> str | None:
+    """The sequential rule's stop after ``passes`` passes (omni.sweep.record_stop), in words."""
+    stop = results_root(results) / "sweeps" / sweep_id / f"stop-{passes:04d}.json"
+    return f"stopped by the rule {json.loads(stop.read_text())['describe']}" if stop.exists() else None
 
 
 def summarize_sweep(
@@ -374,6 +423,10 @@ def summarize_rows(
     metrics = primary_metrics(spec, [m for m in metric_columns() if ok[m].notna().any()])
     named = spec.primary_metrics if spec is not None else DEFAULT_PRIMARY_METRICS
     adjustment = adjust_for_multiplicity(metrics, named)
+    if spec is not None and spec.auto and not frame.empty:  # each look spends a slice (omni.sequential)
+        passes = int(frame["pass_index"].max()) + 1
+        adjustment = look_levels(adjustment, passes, spec.planned_passes, _stopped(results, sweep_id, passes))
+    plan = planner(adjustment)
     effects = min_effects(spec, metrics)
     baseline = against or baseline_of(spec, arms)
     calibrations = arm_calibrations(results, frame, arms)
@@ -395,9 +448,14 @@ def summarize_rows(
                 continue
             level = adjustment.confidence[metric]
             judged[(arm, metric)] = judge(ok, ok, baseline, arm, metric, effects[metric][0], 0.0, level, BLOCK)
-    warnings = _too_few_passes(metrics, arms, cells, values, effects, adjustment.confidence)
+            if (c := judged[(arm, metric)].comparison) and c.passes_needed and c.noise and adjustment.look:
+                needed = plan(metric, c.min_effect, max(c.noise, c.drift))
+                judged[(arm, metric)] = replace(judged[(arm, metric)], comparison=replace(c, passes_needed=needed))
+    warnings = _too_few_passes(metrics, arms, cells, values, effects, plan)
     control = None if against else control_of(spec, arms)
     untrusted = control_failures(judged, control, baseline, metrics) if control and baseline != control else {}
+    modes, states = sweep_states(ok, arms, adjustment.primary, effects)
+    judged = {key: _mark_bimodal(j, key, baseline, states) for key, j in judged.items()}
     warnings += [f"untrustworthy {metric}: {why}" for metric, why in untrusted.items()]
     warnings += prompt_audit(judged, seed_replicas(frame, baseline, arms), baseline, metrics)
     provenance = sweep_provenance(frame, arms)
@@ -442,6 +500,8 @@ def summarize_rows(
         primary=adjustment.primary,
         adjustment=adjustment,
         serving=serving_summary(results, sweep_id, ok, baseline, _level_effect(spec)),
+        modes=modes,
+        states=states,
     )
 
 

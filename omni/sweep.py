@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import shlex
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -31,6 +33,7 @@ from omni.store import profiled as is_profiled
 from omni.topology import Slot, format_cpulist
 
 if TYPE_CHECKING:
+    from omni.sequential import Decision
     from omni.stats import ArmTable
 
 SKIPPED = "skipped"  # an outcome, never a row: the run was another process's
@@ -92,6 +95,7 @@ def write_manifest(prepared: PreparedSweep) -> Path:
         "spec_copy": spec_copy.name,
         "spec_sha256": prepared.loaded.sha256,
         "passes": prepared.passes,
+        **({"passes_rule": "auto", "max_passes": prepared.passes} if prepared.loaded.sweep.auto else {}),
         "seed": prepared.loaded.sweep.seed,
         "slots": [s.describe() for s in prepared.slots],
         "slots_override": _override_fields(prepared.context.slots_override),
@@ -170,7 +174,12 @@ def prepare_sweep(request: SweepRequest, *, shard: Shard | None = None) -> Prepa
         manifest = read_manifest(results, request.resume)
         request = request.resumed(manifest, _spec_copy(results, request, manifest))
     loaded = load_spec(request.spec)
-    passes = request.passes or loaded.sweep.passes
+    if loaded.sweep.auto and asked.passes is not None and not asked.resume:
+        raise OmniError(
+            f"--passes {asked.passes}: {loaded.path} has passes: auto, which stops by the sequential rule; "
+            "set max_passes in the spec, or give the spec a number of passes"
+        )
+    passes = request.passes or loaded.sweep.planned_passes
     sweep_id = request.sweep_id or new_sweep_id(loaded.sweep.name)
     asked = asked.with_sweep_id(sweep_id)
     if loaded.sweep.hosts is not None and shard is None:
@@ -200,6 +209,8 @@ def prepare_sweep(request: SweepRequest, *, shard: Shard | None = None) -> Prepa
         stored = stored_run_ids(results, sweep_id)
         # each run keeps its planned slot: the arms' rotation over slots stays balanced
         items = [item for item in items if item.run_id not in stored]
+        if loaded.sweep.auto and read_stops(results, sweep_id).get("reason") == "conclusive":
+            items = [item for item in items if item.profiled]  # the rule has answered: no timed pass is missing
     provenance = collect_host_provenance(root=request.sysfs_root)
     provenance.update(spec_path=str(loaded.path), spec_sha256=loaded.sha256)
     resources = resolve_all(REPO_ROOT, list(loaded.sweep.arms), build=not request.dry_run)
@@ -398,10 +409,109 @@ def run_and_store(context: RunContext, item: PlanItem, extra: dict | None = None
         BOARD.end(item.run_id, status)
 
 
-def run_sweep_items(prepared: PreparedSweep) -> list[dict]:
-    """Every item of a prepared sweep on its slots, concurrently, without Prefect."""
+def run_sweep_items(prepared: PreparedSweep, log: Callable[[str], None] = lambda line: None) -> list[dict]:
+    """Every item of a prepared sweep on its slots, concurrently, without Prefect
+    (``passes: auto``: pass by pass, :func:`run_sweep_rounds`, each look to ``log``)."""
     write_manifest(prepared)
-    return run_concurrently(prepared.items, prepared.slots, lambda item: run_and_store(prepared.context, item))
+    return run_sweep_rounds(
+        prepared,
+        lambda items: run_concurrently(items, prepared.slots, lambda item: run_and_store(prepared.context, item)),
+        log,
+    )
+
+
+def run_sweep_rounds(
+    prepared: PreparedSweep, run: Callable[[list[PlanItem]], list[dict]], log: Callable[[str], None]
+) -> list[dict]:
+    """Run a prepared sweep's items with ``run`` (on the slots, with or
+    without Prefect); the outcomes. A fixed sweep: every item at once.
+
+    ``passes: auto``: pass by pass (a round: one pass of every arm, in plan
+    order; the plan holds max_passes of them), and after each round from the
+    third on a look: the sweep's summary at that look's levels
+    (omni.sequential), stopping when every primary verdict of every arm
+    against the baseline is conclusive, at max_passes, or when the next
+    round would overrun the budget (measured from this start: a resume has
+    its budget anew). Each look is logged; the stop is recorded
+    (:func:`record_stop`). A resume continues the rule from the stored rows.
+    Profiled passes run after the timed ones.
+    """
+    sweep = prepared.loaded.sweep
+    if not sweep.auto:
+        return run(prepared.items)
+    outcomes: list[dict] = []
+    started, last_round = time.monotonic(), 0.0
+    timed = [item for item in prepared.items if not item.profiled]
+    first = min((item.pass_index for item in timed), default=prepared.passes)
+    for pass_index in range(first, prepared.passes):
+        began = time.monotonic()
+        outcomes += run([item for item in timed if item.pass_index == pass_index])
+        last_round = time.monotonic() - began
+        if pass_index + 1 < FIRST_LOOK:
+            continue
+        out_of_time = sweep.budget is not None and time.monotonic() - started + last_round > sweep.budget
+        decision = look(prepared, pass_index + 1, out_of_time)
+        if decision is None:  # rows of later passes are stored already (a resume): their look comes
+            continue
+        log(decision.describe())
+        for line in decision.lines:
+            log(f"  {line}")
+        if decision.stop:
+            record_stop(prepared, decision)
+            break
+    return outcomes + run([item for item in prepared.items if item.profiled])
+
+
+FIRST_LOOK = 3  # omni.sequential.FIRST_LOOK (imported late: scipy costs seconds on the run path)
+
+
+def look(prepared: PreparedSweep, passes: int, out_of_time: bool) -> Decision | None:
+    """The rule's decision on the stored rows after ``passes`` passes (the
+    summary :func:`omni.summary.summarize_sweep` gives, at that look's
+    levels); None when rows of a later pass are stored too."""
+    from omni.sequential import decide
+    from omni.summary import summarize_sweep
+
+    summary = summarize_sweep(prepared.context.results_dir, prepared.sweep_id)
+    if summary.adjustment is None or summary.adjustment.look is None or summary.adjustment.look[0] != passes:
+        return None
+    keys = [
+        (arm, metric)
+        for arm in summary.arms
+        if arm not in (summary.baseline, summary.control)
+        for metric in summary.primary
+    ]
+    judged = {key: summary.judged.get(key) for key in keys}
+    return decide(
+        {key: j.comparison if j else None for key, j in judged.items()},
+        passes,
+        prepared.passes,
+        out_of_time,
+        {key: j.refused or "no verdict" for key, j in judged.items() if j is None or j.comparison is None},
+    )
+
+
+def record_stop(prepared: PreparedSweep, decision: Decision) -> None:
+    """The rule's stop, beside the manifest (written once per stop; a resume
+    past a budget stop records its own): which pass, why, the verdicts."""
+    record = {
+        "sweep_id": prepared.sweep_id,
+        "passes": decision.passes,
+        "max_passes": prepared.passes,
+        "reason": decision.reason,
+        "describe": decision.describe(),
+        "verdicts": list(decision.lines),
+        "pending": list(decision.pending),
+        "at": datetime.now(UTC).isoformat(),
+    }
+    folder = manifest_dir(prepared.context.results_dir, prepared.sweep_id)
+    write_text_once(folder / f"stop-{decision.passes:04d}.json", json.dumps(record, indent=1) + "\n")
+
+
+def read_stops(results: str | Path | ResultsPath, sweep_id: str) -> dict:
+    """The latest stop :func:`record_stop` wrote for the sweep, or {}."""
+    stops = sorted(manifest_dir(results, sweep_id).glob("stop-*.json"), key=lambda p: p.name)
+    return json.loads(stops[-1].read_text()) if stops else {}
 
 
 def sweep_table(results: str | Path, sweep_id: str, primary: tuple[str, ...] = ()) -> ArmTable:

@@ -10,22 +10,44 @@
       - name: "mem{params.mem_mb}-t{threads}"
         base: {engine: synthetic}
         axes: {threads: [1, 2]}
+
+``passes: auto`` runs pass after pass until every primary verdict is
+conclusive (omni.sequential), at most ``max_passes`` passes or ``budget``
+time::
+
+    passes: auto
+    max_passes: 20
+    budget: 2h
 """
 
 from __future__ import annotations
 
-from typing import Any
+import re
+from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator
 
 from omni.spec.matrix import merge_matrix, relocate
 from omni.spec.models import Arm, Hosts, Name, SlotRequest, SpecModel
-from omni.spec.problems import Problem, plain_text, problem, validation_error
+from omni.spec.problems import Problem, plain_text, problem, show, validation_error
 
 CONTROL_SUFFIX = ".control"
 DEFAULT_PRIMARY_METRICS = ("decode_tok_s", "ttft_ms", "rss_anon_steady_mb")
 # a sweep of serving arms only: what a server is for, and its memory under load
 SERVING_PRIMARY_METRICS = ("capacity_concurrency", "capacity_rate", "rss_anon_steady_mb")
+PASSES_MAX = 1000
+DEFAULT_MAX_PASSES = 20  # passes: auto without max_passes (omni.sequential.DEFAULT_MAX_PASSES)
+# a budget: seconds, or hours/minutes/seconds as in 2h, 1h30m, 90s
+_DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?$")
+
+
+def parse_duration(text: str) -> float | None:
+    """Seconds in ``2h``, ``1h30m``, ``45m``, ``90s``, ``1.5h``; None when it is none of those."""
+    match = _DURATION.match(text.strip().replace(" ", ""))
+    if not match or not any(match.groups()):
+        return None
+    hours, minutes, seconds = (float(g) if g else 0.0 for g in match.groups())
+    return 3600 * hours + 60 * minutes + seconds
 
 
 class Sweep(SpecModel):
@@ -33,7 +55,11 @@ class Sweep(SpecModel):
 
     name: Name
     description: str | None = None
-    passes: int = Field(3, ge=1, le=1000)
+    # a number, or auto: pass after pass until every primary verdict is conclusive (omni.sequential)
+    passes: int | Literal["auto"] = 3
+    max_passes: int | None = Field(None, ge=3, le=PASSES_MAX)  # passes: auto only; default 20
+    # passes: auto only: no pass starts that the time left would not finish (seconds, or 2h, 30m, 1h30m)
+    budget: float | str | None = None
     seed: int = 0
     timeout_s: float = Field(600.0, gt=0)
     # a slot CPU (or idle SMT sibling) busier than this with others' work refuses
@@ -59,6 +85,27 @@ class Sweep(SpecModel):
     # None: on when there is something to compare (2 arms or more) and 3 passes or more
     control: bool | None = None
     arms: list[Arm] = []  # explicit arms, then those of matrix: blocks, then the control
+
+    @field_validator("passes", mode="plain")
+    @classmethod
+    def _passes(cls, value: Any) -> int | str:
+        if value == "auto":
+            return value
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise problem(f"must be an integer or auto, got {show(value)}")
+        if not 1 <= value <= PASSES_MAX:
+            raise problem("must be >= 1" if value < 1 else f"must be <= {PASSES_MAX}")
+        return value
+
+    @field_validator("budget", mode="plain")
+    @classmethod
+    def _budget(cls, value: Any) -> float | None:
+        if value is None:
+            return None
+        seconds = parse_duration(value) if isinstance(value, str) else value
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds < float("inf"):
+            raise problem(f"{show(value)} is no time budget; give seconds (7200) or a duration: 2h, 1h30m, 45m, 90s")
+        return float(seconds)
 
     @field_validator("min_effect")
     @classmethod
@@ -87,6 +134,16 @@ class Sweep(SpecModel):
         return value
 
     @property
+    def auto(self) -> bool:
+        """``passes: auto``: the sweep stops by the sequential rule (omni.sequential)."""
+        return self.passes == "auto"
+
+    @property
+    def planned_passes(self) -> int:
+        """The passes planned: ``passes``, or for ``auto`` the most it may run."""
+        return (self.max_passes or DEFAULT_MAX_PASSES) if self.passes == "auto" else self.passes
+
+    @property
     def baseline_arm(self) -> str:
         return self.baseline if self.baseline is not None else self.arms[0].name
 
@@ -95,7 +152,7 @@ class Sweep(SpecModel):
         """The name of the A/A control arm, None when the sweep has none."""
         name = f"{self.baseline_arm}{CONTROL_SUFFIX}"
         if self.control is None:
-            planned = len([a for a in self.arms if a.name != name]) >= 2 and self.passes >= 3
+            planned = len([a for a in self.arms if a.name != name]) >= 2 and self.planned_passes >= 3
         else:
             planned = self.control
         return name if planned else None
@@ -124,12 +181,34 @@ class Sweep(SpecModel):
         except ValidationError as err:
             problems += [(e["loc"], plain_text(e, cls)) for e in err.errors()]
         else:
-            problems += sweep._arm_problems()
+            problems += sweep._arm_problems() + sweep._auto_problems()
         if problems:
             raise validation_error(cls.__name__, [relocate(p, origins) for p in problems])
         if "primary_metrics" not in data and sweep.arms and all(a.load is not None for a in sweep.arms):
             sweep = sweep.model_copy(update={"primary_metrics": list(SERVING_PRIMARY_METRICS)})
         return sweep._with_control()
+
+    def _auto_problems(self) -> list[Problem]:
+        """passes: auto needs something to judge, and its own fields need it."""
+        if not self.auto:
+            return [
+                ((key,), f"{key} is for passes: auto; set passes: auto or remove {key}")
+                for key in ("max_passes", "budget")
+                if getattr(self, key) is not None
+            ]
+        compared = [a for a in self.arms if a.name != f"{self.baseline_arm}{CONTROL_SUFFIX}"]
+        problems: list[Problem] = []
+        if len(compared) < 2:
+            problems.append(
+                (
+                    ("passes",),
+                    "auto stops when every arm is judged against the baseline: it needs a baseline and "
+                    f"2 arms or more, this sweep has {len(compared)}; give a number of passes",
+                )
+            )
+        if self.hosts is not None:
+            problems.append((("passes",), "auto runs on one host; a fleet sweep (hosts:) needs a number of passes"))
+        return problems
 
     def _arm_problems(self) -> list[Problem]:
         problems: list[Problem] = []
