@@ -19,7 +19,7 @@ from prefect import flow, get_run_logger
 from prefect.runtime import flow_run
 from prefect.states import Completed, Crashed, Failed
 
-from flows.runs import failure_summary, run_items, watch_worker
+from flows.runs import failure_summary, run_items, warn_host_conditions, watch_worker
 from omni.errors import OmniError
 from omni.fleet import SHARD_DEPLOYMENT, SYSFS_VAR, HostState, queue_name, read_hosts
 from omni.provenance import HOST_VAR
@@ -57,6 +57,7 @@ def sweep_shard(request: SweepRequest, host: str, run_ids: list[str], plan_host:
         sweep_id,
         "; ".join(s.describe() for s in prepared.slots),
     )
+    warn_host_conditions(prepared)
     outcomes = run_items(prepared)
     failed = [o for o in outcomes if o["status"] not in ("ok", SKIPPED)]
     if failed:

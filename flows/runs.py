@@ -16,6 +16,7 @@ from prefect.runtime import flow_run
 
 from omni.engine_process import RUNS
 from omni.errors import disk_full
+from omni.host import check, moving_conditions
 from omni.plan import PlanItem
 from omni.reaper import watch_parent
 from omni.runner import RunContext
@@ -89,6 +90,22 @@ def run_items(prepared, items: list[PlanItem] | None = None) -> list[dict]:
         # no log line first: after a worker's death the first one to its pipe raises SystemExit (rich)
         RUNS.interrupt()
         raise
+
+
+def start_warnings(prepared) -> list[str]:
+    """This host's settings that would move the sweep's numbers (omni.host),
+    the slots' CPUs asked about; none for a fleet's coordinator (each host
+    warns of its own) or a fixture topology (not this host's)."""
+    if prepared.fleet or prepared.context.simulate_placement:
+        return []
+    cpus = sorted({cpu for slot in prepared.slots for cpu in (*slot.cpus, *slot.siblings, *slot.client)})
+    return moving_conditions(check("/", cpus))
+
+
+def warn_host_conditions(prepared) -> None:
+    log = get_run_logger()
+    for line in start_warnings(prepared):
+        log.warning("host condition that can move this sweep's numbers: %s", line)
 
 
 def watch_worker() -> None:

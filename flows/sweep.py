@@ -15,7 +15,7 @@ from prefect.artifacts import create_link_artifact, create_markdown_artifact, cr
 from prefect.states import Completed, Failed
 
 from flows.fleet import run_fleet
-from flows.runs import failure_summary, run_items, watch_worker
+from flows.runs import failure_summary, run_items, warn_host_conditions, watch_worker
 from omni.compaction import CONSOLIDATE_AT, compact_sweep, consolidate
 from omni.compare import Change, nightly_changes, sweep_history
 from omni.errors import OmniError, disk_full
@@ -140,6 +140,7 @@ def sweep(request: SweepRequest):
         else f"{len(prepared.slots)} slot(s): " + "; ".join(s.describe() for s in prepared.slots)
     )
     log.info("sweep %s: %d of %d run(s) to go on %s", prepared.sweep_id, len(prepared.items), prepared.planned, where)
+    warn_host_conditions(prepared)
     results = request.results
     if prepared.fleet:
         outcomes, lost = run_fleet(prepared)

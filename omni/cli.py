@@ -15,6 +15,7 @@ from omni import render
 from omni.console import err, out, show, with_progress
 from omni.errors import OmniError, causes, disk_full
 from omni.fleet_commands import hosts, serve, worker
+from omni.host_commands import host_app
 from omni.objstore import results_root
 from omni.options import (
     METRIC_OPT,
@@ -548,6 +549,7 @@ def call_flow(sweep_flow, **params) -> dict:
 app.add_typer(stack_app, name="stack")
 app.add_typer(env_app, name="env")
 app.add_typer(models_app, name="models")
+app.add_typer(host_app, name="host")
 
 
 def main() -> None:

@@ -526,6 +526,14 @@ COLUMNS: tuple[Column, ...] = (
         ("isa_amx_int8", _BOOL, None, "CPU has AMX-INT8"),
         ("numa_nodes", _I32, None, "NUMA nodes on the host"),
         ("numa_topology", _STR, None, 'node -> CPUs, JSON object {"0": [0, 1]}', _JSON),
+        (
+            "host_conditions",
+            _STR,
+            None,
+            "the host's settings that move CPU inference numbers, read as the run started (omni.host: "
+            "governor, boost, SMT, THP, NUMA balancing, KSM, swap, isolation, SNC, hypervisor, ...), JSON (v12)",
+            _JSON,
+        ),
         ("spec_path", _STR, None, "path of the sweep spec file"),
         ("spec_sha256", _STR, None, "sha256 of the sweep spec file's bytes"),
         (

@@ -29,6 +29,7 @@ from omni.engines.llamacpp import crash_hint, weight_buffers
 from omni.engines.vllm import compile_cache_state, fallback_notes
 from omni.errors import naming
 from omni.heads import DENSE_HEAD, HEAD_UNCHECKED, check_head
+from omni.host import host_conditions
 from omni.iterations import partial_step_counts, run_metrics
 from omni.mempolicy import describe_nodes, node_list
 from omni.models import PRESETS
@@ -579,6 +580,7 @@ def run_arm(ctx: RunContext, item: PlanItem) -> dict:
     """Run one planned item and return its row (never raises for a bad run)."""
     row = base_row(ctx, item)
     row["started_at"] = now_utc()
+    row["host_conditions"] = host_conditions()  # this host's, also when placement is simulated
     for rule, message in validity_rules(item.arm):
         warn(row, rule, message)
     res = ctx.resources.get(item.arm.name) or ArmResources(error=f"arm {item.arm.name!r} was never resolved")

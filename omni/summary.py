@@ -24,6 +24,7 @@ from omni.columns import COLUMNS_BY_NAME, metric_columns
 from omni.controls import control_failures, control_of, prompt_audit, seed_replicas, untrusted
 from omni.errors import OmniError
 from omni.heads import DENSE_HEAD, DENSE_HEAD_ERROR
+from omni.host import changed_conditions
 from omni.modes import Explanation, Modes, detect_modes, explain_modes
 from omni.objstore import local_copy, results_root
 from omni.ops import HEAD_RULE, STEP_KINDS
@@ -464,6 +465,7 @@ def summarize_rows(
         for key, values in provenance["sweep"].items()
         if isinstance(values, list) and key in MUST_AGREE and (one_host or key != "host")
     ]
+    warnings += [f"host conditions: {line}" for line in host_changes(frame)]
     warnings += [
         f"unreadable file skipped: {path} ({why}); move it out of the results"
         for path, why in unreadable_under(results).items()
@@ -571,6 +573,20 @@ def _distinct(values) -> object:
             continue
         seen.append(value)
     return None if not seen else seen[0] if len(seen) == 1 else seen
+
+
+def host_changes(frame: pd.DataFrame) -> list[str]:
+    """The host settings (omni.host) that took more than one value over the
+    sweep's runs on one host: a governor or THP change mid-sweep moves the
+    runs after it, and no verdict can tell that from the arms."""
+    if "host_conditions" not in frame:
+        return []
+    lines = []
+    for host, rows in frame.groupby(frame["host"] if "host" in frame else pd.Series("", index=frame.index)):
+        seen = [json.loads(v) for v in rows["host_conditions"].dropna()]
+        where = f" (host {host})" if frame.get("host", pd.Series()).nunique() > 1 else ""
+        lines += [line + where for line in changed_conditions(seen)]
+    return lines
 
 
 def sweep_provenance(frame: pd.DataFrame, arms: list[str]) -> dict:

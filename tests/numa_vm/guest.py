@@ -126,6 +126,46 @@ def omni_topology() -> dict:
     }
 
 
+def invoke(args: list[str]) -> dict:
+    """One ``omni`` command run by its command in this process (see omni_topology)."""
+    from typer.testing import CliRunner
+
+    from omni.cli import app
+
+    result = CliRunner().invoke(app, args)
+    error = "".join(traceback.format_exception(result.exception)) if result.exception else ""
+    return {"rc": result.exit_code, "stdout": result.stdout, "stderr": (result.stderr + error)[-2000:]}
+
+
+def omni_host(out: Path) -> dict:
+    """``omni host check``, then ``tune`` and ``reset`` on the guest's real /sys
+    and /proc (as root), every file tune may write read before, between and
+    after: reset must give back what was there."""
+    from omni.host import plan_tune
+
+    started = time.monotonic()
+    state = str(out / "host-tune.json")
+    paths = sorted({str(w.path) for w in plan_tune("/", [1])})
+
+    def read_all() -> dict:
+        values = {}
+        for path in paths:
+            try:
+                values[path] = Path(path).read_text()
+            except OSError as error:
+                values[path] = f"<{error.strerror}>"
+        return values
+
+    report = {"check": invoke(["host", "check", "--cpus", "1"]), "before": read_all()}
+    report["tune"] = invoke(["host", "tune", "--cpus", "1", "--state", state])
+    report["tuned"] = read_all()
+    report["reset"] = invoke(["host", "reset", "--state", state])
+    report["after"] = read_all()
+    report["state_left"] = Path(state).exists()
+    report["s"] = time.monotonic() - started
+    return report
+
+
 def main() -> int:
     out = Path(sys.argv[1])
     out.mkdir(parents=True, exist_ok=True)
@@ -136,6 +176,7 @@ def main() -> int:
     report["sweeps"] = run_sweeps(out)
     report["sweeps_s"] = time.monotonic() - started
     report["topology"] = omni_topology()
+    report["host"] = omni_host(out)  # last: tune changes the guest's settings until reset
     report["total_s"] = uptime_s()
     (out / "report.json").write_text(json.dumps(report, indent=1))
     return 0

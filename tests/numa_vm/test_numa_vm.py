@@ -97,3 +97,21 @@ def test_straddling_slot_is_recorded_across_both_nodes(guest):
 def test_rows_read_back_with_plain_pandas(guest):
     frame = pd.read_parquet(Path(guest["out"]) / "results" / "runs")
     assert len(frame) == 7 and frame["mem_local_fraction"].notna().all()
+
+
+def test_omni_host_check_tune_and_reset_on_a_real_two_node_kernel(guest):
+    from omni.host import CONDITION_KEYS, VERDICTS
+
+    found = guest["report"]["host"]
+    check = found["check"]
+    assert check["rc"] == 0, check["stderr"]
+    lines = {line.split()[0]: line.split() for line in check["stdout"].splitlines() if line and not line[0].isspace()}
+    for name in (*CONDITION_KEYS, "irq_affinity", "steal_pct"):
+        assert name in lines and set(lines[name]) & set(VERDICTS), (name, check["stdout"])
+    assert found["tune"]["rc"] == 0 and found["reset"]["rc"] == 0, (found["tune"], found["reset"])
+    changed = {path for path, text in found["tuned"].items() if text != found["before"][path]}
+    # a two-node guest boots with NUMA balancing on, and IRQs allowed on CPU 1
+    assert any(path.endswith("numa_balancing") for path in changed), found["tune"]["stdout"]
+    assert any("/proc/irq/" in path for path in changed), found["tune"]["stdout"]
+    assert found["after"] == found["before"], found["reset"]["stdout"]
+    assert not found["state_left"]

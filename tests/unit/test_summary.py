@@ -432,3 +432,35 @@ def test_a_bimodal_arm_is_found_explained_and_named_beside_its_verdict(tmp_path)
         "- `base` decode_tok_s: 2 states: 3 runs near 480, 3 near 1,150 tok/s; nothing measured separates them ("
         in text
     )
+
+
+def test_a_host_setting_that_changed_during_the_sweep_is_a_warning(tmp_path):
+    """The governor went from powersave to performance after two runs: every
+    later run is on another host, as far as the numbers go."""
+    from tests.rows import T0
+
+    for i, governor in enumerate(["powersave", "powersave", "performance", "performance"]):
+        conditions = {"governor": governor, "thp_enabled": "madvise", "swap_used_mb": "0"}
+        write_run(
+            tmp_path,
+            {
+                "run_id": f"h{i}",
+                "sweep_id": "hc",
+                "sweep_name": "hc",
+                "status": "ok",
+                "arm": "ab"[i % 2],
+                "pass_index": i // 2,
+                "order_index": i,
+                "host": "fixture-host",
+                "engine": "synthetic",
+                "arm_json": json.dumps({"name": "ab"[i % 2], "engine": "synthetic"}),
+                "decode_tok_s": 100.0 + i,
+                "host_conditions": json.dumps(conditions),
+                "started_at": T0,
+                "finished_at": T0,
+            },
+        )
+    warnings = summarize_sweep(tmp_path, "hc").warnings
+    assert [w for w in warnings if w.startswith("host conditions")] == [
+        "host conditions: governor changed during the sweep: 'powersave' in 2 rows, 'performance' in 2 rows"
+    ]
