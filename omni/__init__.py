@@ -44,6 +44,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "omni.row_check",
             "omni.units",
             "omni.load_levels",
+            "omni.modes",
+            "omni.sequential",
             "omni.spec",
             "omni.engines",
             "omni.vllm_plugin",
@@ -53,6 +55,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "system",
         (
             "omni.placement",
+            "omni.host",
             "omni.pin",
             "omni.sampler",
             "omni.reaper",
@@ -82,5 +85,16 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         ),
     ),
     ("flows", ("flows",)),
-    ("cli", ("omni.cli", "omni.console", "omni.options", "omni.render", "omni.fleet_commands", "omni.setup_commands")),
+    (
+        "cli",
+        (
+            "omni.cli",
+            "omni.console",
+            "omni.options",
+            "omni.render",
+            "omni.host_commands",
+            "omni.fleet_commands",
+            "omni.setup_commands",
+        ),
+    ),
 )
