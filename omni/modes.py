@@ -34,6 +34,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.stats import chi2
+from scipy.stats import f as f_dist
 
 from omni.topology import parse_cpulist
 
@@ -189,6 +191,90 @@ def _cluster(items: list[tuple[int, float]], run_ids: Sequence[str] | None) -> C
     return Cluster(indices, ids, float(np.median([v for _, v in items])), len(items))
 
 
+# --- runs that differ beyond their own iterations' noise ---
+
+SWING_ALPHA = 0.01  # per arm and primary metric: several are tested in a summary
+
+
+@dataclass(frozen=True)
+class Swing:
+    """Whether an arm's runs differ by more than their iterations' noise
+    implies: the engine process (its start, its placement, what ran beside
+    it) moved the number, not the iterations within it. ``clusters``: the
+    runs below and above the widest gap between sorted values."""
+
+    n: int
+    found: bool
+    between_sd: float | None = None  # sd of the runs' log values
+    within_sd: float | None = None  # sd of one run's log value that its iterations imply
+    p: float | None = None
+    clusters: tuple[Cluster, Cluster] | None = None
+    reason: str | None = None
+
+
+def typical_within_variance(sd_logs: Sequence[float | None], iterations: Sequence[float | None]) -> float:
+    """The variance of one run's log median that a typical run's iterations
+    imply: the median over runs of (pi/2) sd^2 / k (sd: the run's sd of log
+    iteration values, k its iterations), divided by the median of a
+    chi-square with k - 1 df over k - 1, so that it estimates the variance
+    itself when iterations are independent. A median, not the mean
+    (:func:`omni.stats.within_run_variance`): a run a neighbour disturbed
+    spreads its own iterations, and must not hide that it differs from the
+    others. 0 without a run of 2 iterations or more."""
+    parts, ks = [], []
+    for sd, k in zip(sd_logs, iterations):
+        if sd is None or k is None or math.isnan(float(sd)) or float(k) < 2:
+            continue
+        parts.append(math.pi / 2 * float(sd) ** 2 / float(k))
+        ks.append(float(k))
+    if not parts:
+        return 0.0
+    df = float(np.median(ks)) - 1
+    return float(np.median(parts)) / (chi2.median(df) / df)
+
+
+def within_df(iterations: Sequence[float | None]) -> float:
+    """Degrees of freedom of :func:`typical_within_variance`: the runs'
+    k - 1 each, times the median's efficiency (2 / pi) for normal data."""
+    return 2 / math.pi * sum(float(k) - 1 for k in iterations if k is not None and float(k) >= 2)
+
+
+def runs_swing(
+    values: Sequence[float | None],
+    within_var: float,
+    run_ids: Sequence[str] | None = None,
+    min_swing: float = 0.0,
+    alpha: float = SWING_ALPHA,
+    df: float = math.inf,
+) -> Swing:
+    """Test whether runs differ beyond their iterations: under the null that
+    every run's log value is its arm's level plus the noise of a median of
+    its iterations (variance ``within_var``, estimated with ``df`` degrees of
+    freedom: :func:`typical_within_variance`, :func:`within_df`), s^2 /
+    within_var is F with (n - 1, df) degrees of freedom (s^2: the runs'
+    sample variance of logs; chi-square / (n - 1) when df is infinite).
+    Simulated at 3-8 runs of 3-10 iterations it calls runs of one state
+    different 0.2-0.5 % of the time at alpha 1 % (tests/unit/test_modes.py).
+    Found when p is below ``alpha`` and the widest and narrowest run differ
+    by ``min_swing`` or more. Needs 3 runs and iterations (within_var > 0).
+    The sides are split at the widest gap between the sorted values."""
+    kept = [(i, float(v)) for i, v in enumerate(values) if v is not None and math.isfinite(float(v)) and float(v) > 0]
+    n = len(kept)
+    if n < 3:
+        return Swing(n, False, reason="fewer than 3 runs")
+    if not within_var or within_var <= 0:
+        return Swing(n, False, reason="no iteration spread to compare with")
+    order = sorted(kept, key=lambda item: item[1])
+    logs = np.log([v for _, v in order])
+    between = float(logs.var(ddof=1))
+    ratio = between / within_var
+    p = float(chi2.sf((n - 1) * ratio, n - 1) if math.isinf(df) else f_dist.sf(ratio, n - 1, max(df, 1.0)))
+    cut = int(np.argmax(np.diff(logs))) + 1
+    clusters = (_cluster(order[:cut], run_ids), _cluster(order[cut:], run_ids))
+    found = p < alpha and order[-1][1] / order[0][1] >= 1 + min_swing
+    return Swing(n, found, math.sqrt(between), math.sqrt(within_var), p, clusters)
+
+
 # --- what separates the states ---
 
 # per-run telemetry columns worth comparing between states -> how to name them
@@ -207,11 +293,14 @@ NUMERIC = {
     "minor_faults": "minor faults",
     "power_w": "package power",
 }
-# Counts over the timed window: a slow run's window is longer, so its counts
-# are larger for that alone; compared as rates (over telemetry_window_s).
-PER_SECOND = ("ctx_switches_involuntary", "ctx_switches_voluntary", "cpu_migrations", "major_faults", "minor_faults")
+# Counts over the timed window that time drives (a preemption comes with a
+# scheduler tick, a wait lasts while something else runs): a slow run's window
+# is longer, so they are compared as rates (over telemetry_window_s). Counts
+# that the work drives (a voluntary switch per step's barrier, a fault per
+# page touched) are compared as counts: every run of an arm does the same work.
+PER_SECOND = ("ctx_switches_involuntary", "cpu_migrations")
 CATEGORICAL = ("slot_index", "numa_node", "host_conditions")
-THREAD_FIELDS = {  # per second of the window, as PER_SECOND's
+THREAD_FIELDS = {  # per second of the window, as PER_SECOND's, but nvcsw: a count
     "nivcsw": "involuntary switches",
     "nvcsw": "voluntary switches",
     "migrations": "migrations",
@@ -220,7 +309,8 @@ THREAD_FIELDS = {  # per second of the window, as PER_SECOND's
 }
 # the unit of a rate, as the medians are printed
 UNITS = {**dict.fromkeys(PER_SECOND, "/s"), "run_delay_ms_per_s": " ms/s"}
-THREAD_UNITS = {"nivcsw": "/s", "nvcsw": "/s", "migrations": "/s", "run_delay_ms": " ms/s"}
+THREAD_UNITS = {"nivcsw": "/s", "migrations": "/s", "run_delay_ms": " ms/s"}
+THREAD_COUNTS = ("nvcsw",)
 MIN_RATIO = 1.5  # a separating column's state medians differ at least this much
 # ... except a frequency, which a few percent already explains
 MIN_RATIO_BY_COLUMN = {"cpu_freq_mhz": 1.05, "cpu_freq_min_mhz": 1.05}
@@ -249,7 +339,10 @@ class Explanation:
 
 
 def explain_modes(
-    slow_rows: Sequence[Mapping], fast_rows: Sequence[Mapping], labels: tuple[str, str] = ("slow", "fast")
+    slow_rows: Sequence[Mapping],
+    fast_rows: Sequence[Mapping],
+    labels: tuple[str, str] = ("slow", "fast"),
+    min_known: int = 2,
 ) -> Explanation:
     """What measured per-run telemetry separates the slow state's runs from
     the fast's: a numeric column when the ranges do not overlap and the
@@ -264,9 +357,11 @@ def explain_modes(
     the text says it."""
     slow, fast = _features(slow_rows), _features(fast_rows)
     names = [k for k in dict.fromkeys([*slow, *fast])]
-    found = [s for name in names if (s := _separator(name, slow.get(name, []), fast.get(name, []), labels))]
+    found = [s for name in names if (s := _separator(name, slow.get(name, []), fast.get(name, []), labels, min_known))]
     found.sort(key=lambda s: -s.strength)
-    checked = sum(1 for name in names if _known(slow.get(name, [])) >= 2 and _known(fast.get(name, [])) >= 2)
+    checked = sum(
+        1 for name in names if _known(slow.get(name, [])) >= min_known and _known(fast.get(name, [])) >= min_known
+    )
     if not found:
         text = f"nothing measured separates them ({checked} column(s) compared)"
     else:
@@ -335,7 +430,8 @@ def _threads(value, window: float | None) -> dict[str, object]:
         for field in THREAD_FIELDS if window else ():
             number = thread.get(field)
             if isinstance(number, (int, float)) and not isinstance(number, bool) and math.isfinite(number):
-                out[f"{name}.{field}"] = out.get(f"{name}.{field}", 0) + number / window
+                rate = number if field in THREAD_COUNTS else number / window
+                out[f"{name}.{field}"] = out.get(f"{name}.{field}", 0) + rate
         cpus = thread.get("cpus")
         if isinstance(cpus, str):
             cpus = parse_cpulist(cpus)
@@ -349,12 +445,14 @@ def _known(values: list) -> int:
     return sum(v is not None for v in values)
 
 
-def _separator(name: str, slow: list, fast: list, labels: tuple[str, str]) -> Separator | None:
+def _separator(name: str, slow: list, fast: list, labels: tuple[str, str], min_known: int = 2) -> Separator | None:
     slow, fast = [v for v in slow if v is not None], [v for v in fast if v is not None]
-    if len(slow) < 2 or len(fast) < 2:
+    if len(slow) < min_known or len(fast) < min_known:
         return None
     chance = 2 / math.comb(len(slow) + len(fast), len(slow))
     column, _, key = name.partition(".")
+    if name.endswith(".cpus") and min(len(slow), len(fast)) < 2:
+        return None  # which CPUs one run's thread visited differs run to run: no evidence alone
     numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in slow + fast)
     if numeric and column != "slot_index" and column != "numa_node" and not name.endswith(".cpus"):
         return _numeric_separator(column, key or None, slow, fast, labels, chance)
@@ -369,13 +467,38 @@ def _separator(name: str, slow: list, fast: list, labels: tuple[str, str]) -> Se
     return Separator(column, key or None, text, None, math.inf, chance, (len(slow), len(fast)))
 
 
+# What a count or share must exceed to mean something: the ratio is taken
+# of median + floor, so 0.3 migrations a second against none is no 'infinite'
+# difference, while 40 involuntary switches a second against none is.
+FLOORS = {
+    **dict.fromkeys(PER_SECOND, 10.0),
+    "ctx_switches_voluntary": 10.0,
+    "minor_faults": 10.0,
+    "major_faults": 10.0,
+    "run_delay_ms_per_s": 10.0,
+    "foreign_cpu_mean_pct": 1.0,
+    "foreign_cpu_peak_pct": 1.0,
+    "steal_pct": 1.0,
+    "irq_pct": 1.0,
+    "power_w": 1.0,
+}
+THREAD_FLOORS = {"nivcsw": 10.0, "nvcsw": 10.0, "migrations": 10.0, "run_delay_ms": 10.0, "cpu_s": 0.01}
+
+
+def _floor(column: str, key: str | None) -> float:
+    if column == "thread_sched" and key:
+        return THREAD_FLOORS.get(key.rpartition(".")[2], 0.0)
+    return FLOORS.get(column, 0.0)
+
+
 def _numeric_separator(column, key, slow, fast, labels, chance) -> Separator | None:
     if not (min(slow) > max(fast) or max(slow) < min(fast)):
         return None
     a, b = float(np.median(slow)), float(np.median(fast))
     if a < 0 or b < 0 or a == b:
         return None
-    ratio = math.inf if b == 0 else a / b
+    floor = _floor(column, key)
+    ratio = math.inf if b + floor == 0 else (a + floor) / (b + floor)
     threshold = MIN_RATIO_BY_COLUMN.get(column, MIN_RATIO)
     if max(ratio, 1 / ratio if ratio else math.inf) < threshold:
         return None
@@ -383,14 +506,15 @@ def _numeric_separator(column, key, slow, fast, labels, chance) -> Separator | N
     what = _what(column, key)
     unit = THREAD_UNITS.get(key.rpartition(".")[2], "") if column == "thread_sched" and key else UNITS.get(column, "")
     medians = f"median {_short(a)}{unit} vs {_short(b)}{unit}"
-    if ratio == math.inf or ratio == 0:
+    shown = math.inf if b == 0 else a / b  # the medians' own ratio; the floored one only decides
+    if shown == math.inf or shown == 0:
         text = f"the {labels[0]} runs had {_short(a)}{unit} {what}, the {labels[1]} {_short(b)}{unit}"
-    elif 1 / MIN_RATIO < ratio < MIN_RATIO:  # a frequency: a few percent
-        text = f"the {labels[0]} runs had {abs(ratio - 1):.0%} {'more' if ratio > 1 else 'less'} {what} ({medians})"
-    elif ratio >= 1:
-        text = f"the {labels[0]} runs had {_times(ratio)} the {what} ({medians})"
+    elif 1 / MIN_RATIO < shown < MIN_RATIO:  # a frequency: a few percent
+        text = f"the {labels[0]} runs had {abs(shown - 1):.0%} {'more' if shown > 1 else 'less'} {what} ({medians})"
+    elif shown >= 1:
+        text = f"the {labels[0]} runs had {_times(shown)} the {what} ({medians})"
     else:
-        text = f"the {labels[0]} runs had {_times(1 / ratio)} less {what} ({medians})"
+        text = f"the {labels[0]} runs had {_times(1 / shown)} less {what} ({medians})"
     return Separator(column, key, text, ratio, strength, chance, (len(slow), len(fast)))
 
 

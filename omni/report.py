@@ -11,6 +11,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from omni import units
+from omni.calibration import metric_kind
 from omni.columns import COLUMNS_BY_NAME
 from omni.compare import Change, SweepComparison
 from omni.controls import untrusted
@@ -82,6 +83,36 @@ def states_lines(summary: SweepSummary, metrics=None) -> list[str]:
         "",
     ]
     return lines + [f"- `{arm}` {metric}: {states_text(summary, arm, metric)}" for arm, metric in keys]
+
+
+def swing_text(summary: SweepSummary, arm: str, metric: str) -> str:
+    """``runs differ beyond their iterations (sd 25 % between runs, 4 % implied
+    within, p 0.001): slow 1 run near 396, fast 2 near 610 tok/s; …``"""
+    swing, explained = summary.swings[(arm, metric)]
+    unit = COLUMNS_BY_NAME[metric].unit
+    low, high = swing.clusters
+    worse, better = (low, high) if COLUMNS_BY_NAME[metric].better == "higher" else (high, low)
+    names = ("larger", "smaller") if metric_kind(metric) == "memory" else ("slow", "fast")
+    return (
+        f"runs differ beyond their iterations (sd {100 * swing.between_sd:.0f} % between runs, "
+        f"{100 * swing.within_sd:.1f} % implied by their iterations, p {swing.p:.2g}): {names[0]} "
+        f"{worse.count} run(s) near {format_number(worse.median)}, {names[1]} {better.count} near "
+        f"{format_number(better.median)}{f' {unit}' if unit else ''}; {explained.text}"
+    )
+
+
+def swing_lines(summary: SweepSummary, metrics=None) -> list[str]:
+    """A title and one line per arm and metric whose runs differ beyond their iterations' noise."""
+    keys = [(a, m) for (a, m) in summary.swings if metrics is None or m in metrics]
+    if not keys:
+        return []
+    lines = [
+        "",
+        "Runs that differ beyond their own iterations (the primary metrics; docs/noise.md): the engine "
+        "process, not the iterations within it, moved these numbers.",
+        "",
+    ]
+    return lines + [f"- `{arm}` {metric}: {swing_text(summary, arm, metric)}" for arm, metric in keys]
 
 
 def median_interval(cell) -> str:
@@ -160,6 +191,7 @@ def summary_markdown(summary: SweepSummary) -> str:
             f"3 runs, {min_max_coverage(4):.1%} at 4; min and max are shown.",
         ]
     lines += states_lines(summary)
+    lines += swing_lines(summary)
     if summary.control and not summary.hosts:  # a replicated sweep's control is judged per host, below
         judged = [
             summary.judged[(summary.control, m)] for m in summary.metrics if (summary.control, m) in summary.judged
@@ -322,6 +354,7 @@ def verdicts_markdown(summary: SweepSummary, metrics: tuple[str, ...] = HEADLINE
             cells = [_short_verdict(summary, arm, m) for m in names]
             lines.append(f"| {arm_label(summary, arm)} | " + " | ".join(cells) + " |")
     lines += states_lines(summary, shown)
+    lines += swing_lines(summary, shown)
     voided = {summary.baseline, *summary.arms} & set(summary.void)
     lines += (
         ["", *[f"VOID `{arm}`: {summary.void[arm]}; kept out of every verdict" for arm in voided]] if voided else []
@@ -468,6 +501,10 @@ def as_json(summary: SweepSummary) -> dict:
         ],
         "hosts": {host: as_json(part) for host, part in summary.hosts.items()},
         "states": [states_json(summary, arm, m) for arm, m in summary.states],
+        "swings": [
+            {"arm": arm, "metric": m, "text": swing_text(summary, arm, m), "p": summary.swings[(arm, m)][0].p}
+            for arm, m in summary.swings
+        ],
     }
 
 

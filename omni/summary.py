@@ -25,7 +25,16 @@ from omni.controls import control_failures, control_of, prompt_audit, seed_repli
 from omni.errors import OmniError
 from omni.heads import DENSE_HEAD, DENSE_HEAD_ERROR
 from omni.host import changed_conditions
-from omni.modes import Explanation, Modes, detect_modes, explain_modes
+from omni.modes import (
+    Explanation,
+    Modes,
+    Swing,
+    detect_modes,
+    explain_modes,
+    runs_swing,
+    typical_within_variance,
+    within_df,
+)
 from omni.objstore import local_copy, results_root
 from omni.ops import HEAD_RULE, STEP_KINDS
 from omni.provisioning import memory_refusal, provisioning_of
@@ -209,6 +218,8 @@ class SweepSummary:
     modes: dict[tuple[str, str], Modes] = field(default_factory=dict)
     # ... and, where they do, the telemetry that separates them
     states: dict[tuple[str, str], Explanation] = field(default_factory=dict)
+    # where an arm's runs differ beyond their iterations' noise (not two states): the test and what sets them apart
+    swings: dict[tuple[str, str], tuple[Swing, Explanation]] = field(default_factory=dict)
 
 
 def _values(frame: pd.DataFrame, arm: str, metric: str) -> list[float]:
@@ -307,11 +318,35 @@ def arm_states(frame: pd.DataFrame, arm: str, metric: str, min_swing: float) -> 
     modes = detect_modes(rows[metric].astype(float).tolist(), ids, min_swing)
     if not modes.found:
         return modes, None
+    return modes, _explain(rows, metric, modes.clusters)
+
+
+def _explain(rows: pd.DataFrame, metric: str, clusters, min_known: int = 2) -> Explanation:
+    """What telemetry separates the worse cluster's rows from the better's."""
     records = rows.to_dict("records")
-    low, high = ([records[i] for i in c.indices] for c in modes.clusters)
+    low, high = ([records[i] for i in c.indices] for c in clusters)
     worse, better = (low, high) if COLUMNS_BY_NAME[metric].better == "higher" else (high, low)
     labels = ("larger", "smaller") if metric_kind(metric) == "memory" else ("slow", "fast")
-    return modes, explain_modes(worse, better, labels)
+    return explain_modes(worse, better, labels, min_known)
+
+
+def arm_swing(frame: pd.DataFrame, arm: str, metric: str, min_swing: float) -> tuple[Swing, Explanation | None]:
+    """Whether ``arm``'s runs differ by more than their own iterations'
+    noise implies (:func:`omni.modes.runs_swing`), and if so what telemetry
+    sets the worse runs apart (one run a side suffices: the chance that an
+    unrelated column does so is in the text)."""
+    rows = frame.loc[(frame["arm"] == arm) & frame[metric].notna()]
+    ids = rows["run_id"].astype(str).tolist() if "run_id" in rows.columns else None
+    spread = f"{metric}_iter_sd_log"
+    within, df = 0.0, math.inf
+    if spread in rows.columns and "iterations" in rows.columns:
+        with_spread = rows[rows[spread].notna()]
+        within = typical_within_variance(with_spread[spread].tolist(), with_spread["iterations"].tolist())
+        df = within_df(with_spread["iterations"].tolist())
+    swing = runs_swing(rows[metric].astype(float).tolist(), within, ids, min_swing, df=df)
+    if not swing.found:
+        return swing, None
+    return swing, _explain(rows, metric, swing.clusters, min_known=1)
 
 
 def sweep_states(frame: pd.DataFrame, arms, metrics, effects) -> tuple[dict, dict]:
@@ -325,6 +360,21 @@ def sweep_states(frame: pd.DataFrame, arms, metrics, effects) -> tuple[dict, dic
             if explained is not None:
                 states[(arm, metric)] = explained
     return modes, states
+
+
+def sweep_swings(frame: pd.DataFrame, arms, metrics, effects, states: dict) -> dict:
+    """(arm, metric) -> (Swing, Explanation) where the arm's runs differ
+    beyond their iterations' noise (:func:`arm_swing`) and are not already
+    two states: the primary metrics, each at 1 %."""
+    found = {}
+    for arm in arms:
+        for metric in metrics:
+            if (arm, metric) in states:
+                continue
+            swing, explained = arm_swing(frame, arm, metric, effects[metric][0])
+            if explained is not None:
+                found[(arm, metric)] = (swing, explained)
+    return found
 
 
 def _mark_bimodal(judged: Judged, key: tuple[str, str], baseline: str | None, states: dict) -> Judged:
@@ -504,6 +554,7 @@ def summarize_rows(
         serving=serving_summary(results, sweep_id, ok, baseline, _level_effect(spec)),
         modes=modes,
         states=states,
+        swings=sweep_swings(ok, arms, adjustment.primary, effects, states),
     )
 
 

@@ -16,12 +16,16 @@ import pytest
 from omni.modes import (
     CRITICAL,
     MIN_RUNS,
+    SWING_ALPHA,
     critical_value,
     critical_values,
     detect_modes,
     explain_modes,
+    runs_swing,
     split_found,
     split_scores,
+    typical_within_variance,
+    within_df,
 )
 
 DRAWS = 20_000
@@ -153,7 +157,7 @@ def test_missing_columns_none_values_and_json_are_handled():
         row["telemetry_window_s"] = 2.0  # counts are compared a second
     texts = [s.text for s in explain_modes(slow, fast).separators]
     assert 'the slow runs had host_conditions governor "powersave", the fast "performance"' in texts
-    assert "the slow runs had 17.5/s major faults, the fast 0/s" in texts and len(texts) == 2
+    assert "the slow runs had 35 major faults, the fast 0" in texts and len(texts) == 2
     assert explain_modes([{}, {}], [{}, {}]).text == "nothing measured separates them (0 column(s) compared)"
 
 
@@ -167,3 +171,41 @@ def test_an_unrelated_column_separates_2_v_3_runs_one_time_in_5():
     ratio = np.median(low, 1) / np.median(high, 1)
     large = apart & ((ratio >= 1.5) | (ratio <= 1 / 1.5))
     assert large.mean() < apart.mean()  # the ratio rule lowers it, by how much depends on the column's spread
+
+
+def _runs(rng, draws: int, n: int, k: int, sd: float, shift: np.ndarray | None = None):
+    """draws x n runs of k log-normal iterations each: each run's median, its sd of logs."""
+    logs = rng.normal(0.0, sd, (draws, n, k)) + (0.0 if shift is None else shift[None, :, None])
+    return np.exp(np.median(logs, axis=2)), logs.std(axis=2, ddof=1)
+
+
+def _swing_rate(values, sds, k: int) -> float:
+    df = within_df([k] * values.shape[1])
+    found = [
+        runs_swing(list(v), typical_within_variance(list(s), [k] * len(s)), df=df).found for v, s in zip(values, sds)
+    ]
+    return float(np.mean(found))
+
+
+@pytest.mark.parametrize("n,k", [(3, 5), (5, 3), (8, 10)])
+def test_runs_of_one_state_are_said_to_differ_at_most_1_percent_of_the_time(n, k):
+    """Iterations independent, runs differing only by their iterations'
+    noise: the F test against the typical run's iteration spread keeps
+    its level (median of the per-run estimates, corrected to the variance)."""
+    rng = np.random.default_rng(100 + n)
+    values, sds = _runs(rng, 4000, n, k, 0.05)
+    rate = _swing_rate(values, sds, k)
+    assert rate <= SWING_ALPHA + 4.5 * math.sqrt(SWING_ALPHA * (1 - SWING_ALPHA) / 4000), rate
+
+
+def test_one_run_in_three_at_30_percent_slower_is_found_even_when_its_own_iterations_spread():
+    rng = np.random.default_rng(7)
+    shift = np.array([math.log(0.7), 0.0, 0.0])
+    values, sds = _runs(rng, 2000, 3, 5, 0.05, shift)
+    sds[:, 0] *= 4  # the disturbed run's iterations spread too, as a neighbour's do
+    assert _swing_rate(values, sds, 5) > 0.95
+    # and the runs are named: the slow one below the widest gap
+    swing = runs_swing([700.0, 1000.0, 1010.0], typical_within_variance([0.2, 0.05, 0.05], [5] * 3), ["a", "b", "c"])
+    assert swing.found and swing.clusters[0].run_ids == ("a",) and swing.clusters[1].run_ids == ("b", "c")
+    assert runs_swing([700.0, 1000.0], 0.001).reason == "fewer than 3 runs"
+    assert runs_swing([700.0, 1000.0, 990.0], 0.0).reason == "no iteration spread to compare with"
