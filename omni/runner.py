@@ -84,7 +84,7 @@ def engine_arm_payload(item: PlanItem, res: ArmResources, workdir: Path) -> dict
     payload["workdir"] = str(workdir)
     payload["run_id"] = item.run_id
     payload["slot"] = {"cpus": list(item.slot.cpus), "node": item.slot.node, "mems": list(item.slot.mems)}
-    payload["threads_effective"] = item.arm.threads or len(item.slot.cpus)
+    payload["threads_effective"] = compute_threads(item.arm, item.slot)
     payload["profiled"] = item.profiled
     return payload
 
@@ -113,6 +113,23 @@ def patches_list(arm: Arm) -> list[str]:
     if arm.patches == "all":
         return list(vllm_names.PATCHES)  # the names, as this omni knows them: "all" changes meaning over time
     return list(arm.patches)
+
+
+def compute_threads(arm, slot) -> int:
+    """The run's compute (OpenMP) threads: the arm's ``threads``, else one
+    per slot CPU, but for vLLM one CPU fewer when the slot has two or more.
+
+    vLLM runs its scheduler in a process of its own (EngineCore) that polls
+    for work between steps, and reserves it a core in its own binding
+    (``VLLM_CPU_NUM_OF_RESERVED_CPU``, one per rank on x86). With an OpenMP
+    thread on every slot CPU that process waits on a run queue behind them:
+    measured on a 2-CPU slot, its thread waited 2.7-3.3 s of a 3 s timed
+    window and the tree 1.2-1.3 s a second (docs/noise.md). The slot's last
+    CPU is left to it and vLLM's other Python threads."""
+    if arm.threads:
+        return arm.threads
+    cpus = len(slot.cpus)
+    return cpus - 1 if arm.engine == "vllm" and cpus >= 2 else cpus
 
 
 def base_row(ctx: RunContext, item: PlanItem) -> dict:
@@ -144,7 +161,7 @@ def base_row(ctx: RunContext, item: PlanItem) -> dict:
         "max_tokens": arm.max_tokens,
         "batch_size": arm.batch_size,
         "prompt_seed": arm.prompt_seed,
-        "threads": arm.threads or len(item.slot.cpus),
+        "threads": compute_threads(arm, item.slot),
         "compile_mode": arm.compile_mode,
         "patches": patches_list(arm),
         "env_overrides": dict(arm.env),

@@ -81,9 +81,12 @@ def compile_cache_state(lines) -> str | None:
 
 
 def bind_threads(arm: dict) -> None:
+    """OpenMP threads on the slot's first ``threads_effective`` CPUs; the
+    rest of the slot is what vLLM calls reserved: its scheduler process and
+    Python threads run there (omni.runner.compute_threads)."""
     cpus = arm["slot"]["cpus"][: arm["threads_effective"]]
     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", ",".join(map(str, cpus)))
-    os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
+    os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", str(len(arm["slot"]["cpus"]) - len(cpus)))
 
 
 def select_patches(arm: dict) -> Path:

