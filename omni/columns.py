@@ -475,6 +475,14 @@ COLUMNS: tuple[Column, ...] = (
             "engine's K and V bytes per token from the loaded model's layers, KV heads, head size and dtype (v10)",
         ),
         ("n_procs", _I32, None, "most processes seen at once in the engine's tree"),
+        (
+            "sampler_cpu_ms",
+            _F64,
+            "ms",
+            "CPU the orchestrator's sampler spent watching this run (its thread, and the interference samples "
+            "at the marks) (v12)",
+        ),
+        ("sampler_cpu_pct", _F64, "%", "sampler_cpu_ms over the time it sampled, % of one core (v12)"),
         ("profile_steps", _I32, None, "engine steps traced by a profiled run, one row each per op in results/ops (v5)"),
         (
             "profile_overhead",

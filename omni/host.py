@@ -209,18 +209,27 @@ def read_smt(root: str | Path = "/") -> Condition:
     return Condition("smt", control, "info", why, "", f"active {active}" if active is not None else "")
 
 
+def _one_file(
+    name: str, path: Path, why: str, verdicts: Mapping[str, str], other: str, fix: str, parse=lambda text: text
+) -> Condition:
+    """A condition read from one file: ``verdicts`` by value (``other`` for
+    the rest), the fix shown unless ok, ``unknown`` where the file is absent."""
+    text = _line(path)
+    if text is None:
+        return Condition(name, ABSENT, "unknown", why)
+    value = parse(text)
+    verdict = verdicts.get(value, other)
+    return Condition(name, value, verdict, why, "" if verdict == "ok" else fix)
+
+
 def read_thp_enabled(root: str | Path = "/") -> Condition:
     why = (
         "transparent huge pages cut TLB misses on gigabytes of weights and KV cache; "
         "with 'never' every access walks 4 KiB pages, and 'madvise' gives huge pages only where an engine asks"
     )
-    text = _line(Path(root) / THP_DIR / "enabled")
-    if text is None:
-        return Condition("thp_enabled", ABSENT, "unknown", why)
-    value = selected(text)
-    verdict = {"always": "ok", "madvise": "info"}.get(value, "warn")
-    fix = "" if verdict == "ok" else "echo always > /sys/kernel/mm/transparent_hugepage/enabled"
-    return Condition("thp_enabled", value, verdict, why, fix)
+    fix = "echo always > /sys/kernel/mm/transparent_hugepage/enabled"
+    path = Path(root) / THP_DIR / "enabled"
+    return _one_file("thp_enabled", path, why, {"always": "ok", "madvise": "info"}, "warn", fix, selected)
 
 
 # defrag 'defer': a fault never waits for compaction; kcompactd compacts in the
@@ -235,12 +244,9 @@ def read_thp_defrag(root: str | Path = "/") -> Condition:
         "defrag 'always' makes a page fault compact memory synchronously: a KV-cache or activation "
         "allocation stalls for milliseconds, which shows as latency outliers"
     )
-    text = _line(Path(root) / THP_DIR / "defrag")
-    if text is None:
-        return Condition("thp_defrag", ABSENT, "unknown", why)
-    value = selected(text)
-    verdict = {"always": "warn", "defer": "ok", "never": "ok"}.get(value, "info")
-    return Condition("thp_defrag", value, verdict, why, "" if verdict == "ok" else "omni host tune (writes defer)")
+    verdicts = {"always": "warn", "defer": "ok", "never": "ok"}
+    path = Path(root) / THP_DIR / "defrag"
+    return _one_file("thp_defrag", path, why, verdicts, "info", "omni host tune (writes defer)", selected)
 
 
 def read_numa_balancing(root: str | Path = "/") -> Condition:
@@ -265,13 +271,9 @@ def read_ksm(root: str | Path = "/") -> Condition:
         "KSM's ksmd scans memory for identical pages on some core, and a merged page is "
         "copy-on-write: a neighbour's CPU time and a fault where the run writes"
     )
-    value = _line(Path(root) / "sys/kernel/mm/ksm/run")
-    if value is None:
-        return Condition("ksm", ABSENT, "unknown", why)
-    verdict = {"0": "ok", "2": "info"}.get(value, "warn")  # 2: unmerge everything, then stop
-    return Condition(
-        "ksm", value, verdict, why, "" if verdict == "ok" else "omni host tune (or: echo 0 > /sys/kernel/mm/ksm/run)"
-    )
+    fix = "omni host tune (or: echo 0 > /sys/kernel/mm/ksm/run)"
+    # 2: unmerge everything, then stop
+    return _one_file("ksm", Path(root) / "sys/kernel/mm/ksm/run", why, {"0": "ok", "2": "info"}, "warn", fix)
 
 
 def parse_meminfo(text: str) -> dict[str, int]:
@@ -531,11 +533,8 @@ def read_perf_sample_rate(root: str | Path = "/") -> Condition:
         "perf_event_max_sample_rate bounds the sampling interrupts a profiler may raise on the "
         "run's CPUs (pyperf sets it to 1); perf stat counts and is not affected"
     )
-    value = _line(Path(root) / SYSCTL_DIR / "perf_event_max_sample_rate")
-    if value is None:
-        return Condition("perf_sample_rate", ABSENT, "unknown", why)
-    verdict = "ok" if value == "1" else "info"
-    return Condition("perf_sample_rate", value, verdict, why, "" if verdict == "ok" else "omni host tune")
+    path = Path(root) / SYSCTL_DIR / "perf_event_max_sample_rate"
+    return _one_file("perf_sample_rate", path, why, {"1": "ok"}, "info", "omni host tune")
 
 
 def read_aslr(root: str | Path = "/") -> Condition:
@@ -543,11 +542,8 @@ def read_aslr(root: str | Path = "/") -> Condition:
         "with address randomization off every run gets the same memory layout, so run-to-run "
         "noise under-states what another boot would see (pyperf keeps full randomization, 2)"
     )
-    value = _line(Path(root) / SYSCTL_DIR / "randomize_va_space")
-    if value is None:
-        return Condition("aslr", ABSENT, "unknown", why)
-    verdict = {"2": "ok", "1": "info"}.get(value, "warn")
-    return Condition("aslr", value, verdict, why, "" if verdict == "ok" else "omni host tune (writes 2)")
+    path = Path(root) / SYSCTL_DIR / "randomize_va_space"
+    return _one_file("aslr", path, why, {"2": "ok", "1": "info"}, "warn", "omni host tune (writes 2)")
 
 
 # --- the check ---------------------------------------------------------------
@@ -779,7 +775,9 @@ def _load_state(state_path: Path) -> dict:
     except FileNotFoundError:
         return {}
     except (OSError, ValueError) as error:
-        raise OmniError(f"{state_path}: cannot read omni host tune's state ({error}); fix or remove it") from None
+        raise OmniError(
+            f"--state {state_path}: cannot read omni host tune's state ({error}); fix or remove it"
+        ) from None
     if not isinstance(state, dict) or not isinstance(state.get("writes"), list):
         raise OmniError(f"{state_path}: not omni host tune's state (no 'writes' list); fix or remove it")
     return state
@@ -869,9 +867,7 @@ def reset(root: str | Path = "/", state_path: str | Path | None = None) -> list[
     state_path = Path(state_path) if state_path else default_state_path()
     state = _load_state(state_path)
     if not state:
-        raise OmniError(
-            f"nothing to reset: no state file {state_path} (omni host tune writes it when it changes something)"
-        )
+        return []  # nothing tuned: reset twice is what reset once is
     _require_root(state, root, state_path)
     changes = []
     for entry in state["writes"]:

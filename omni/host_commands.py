@@ -93,10 +93,14 @@ def host_reset(
     sysfs_root: Path = sysfs_option("reset the files under this root (a fixture of another host)"),
 ) -> None:
     """Write back every value omni host tune changed, and remove its state file."""
-    from omni.host import describe_changes, reset
+    from omni.host import default_state_path, describe_changes, reset
 
     changes = reset(sysfs_root, state)
-    show("\n".join(describe_changes(changes)) or "nothing was recorded")
+    where = state or default_state_path()
+    show(
+        "\n".join(describe_changes(changes))
+        or f"nothing to reset: no values recorded in {where} (omni host tune writes them)"
+    )
     failed = [c for c in changes if c.error]
     if failed:
         raise OmniError(f"{len(failed)} value(s) not restored; they stay recorded: run omni host reset again as root")

@@ -136,18 +136,22 @@ def _read(path: str) -> bytes:
         return f.read()
 
 
-def read_thread_sched(pid: int, tid: int | str) -> ThreadSched | None:
-    """A thread's :class:`ThreadSched`; ``None`` once it is gone."""
+def read_thread_sched(pid: int, tid: int | str, switches: bool = False) -> ThreadSched | None:
+    """A thread's :class:`ThreadSched`, its switches and migrations only when
+    ``switches`` (a third file: the sampler reads it at the marks only);
+    ``None`` once it is gone."""
     base = f"/proc/{pid}/task/{tid}"
     try:
-        return parse_thread_sched(_read(f"{base}/schedstat"), _read(f"{base}/stat"), _read(f"{base}/{SWITCHES_FILE}"))
+        more = _read(f"{base}/{SWITCHES_FILE}") if switches else b""
+        return parse_thread_sched(_read(f"{base}/schedstat"), _read(f"{base}/stat"), more)
     except (OSError, ValueError, IndexError):
         return None
 
 
-def read_threads_sched(pids) -> dict[tuple[int, int], ThreadSched]:
-    """:class:`ThreadSched` of every thread of ``pids``, keyed (pid, tid);
-    processes and threads gone meanwhile are left out."""
+def read_threads_sched(pids, switches: bool = False) -> dict[tuple[int, int], ThreadSched]:
+    """:class:`ThreadSched` of every thread of ``pids``, keyed (pid, tid)
+    (``switches``: with their switches and migrations); processes and
+    threads gone meanwhile are left out."""
     out = {}
     for pid in pids:
         try:
@@ -155,7 +159,7 @@ def read_threads_sched(pids) -> dict[tuple[int, int], ThreadSched]:
         except OSError:
             continue
         for tid in tids:
-            sched = read_thread_sched(pid, tid)
+            sched = read_thread_sched(pid, tid, switches)
             if sched is not None:
                 out[(pid, int(tid))] = sched
     return out

@@ -78,7 +78,7 @@ def states_lines(summary: SweepSummary, metrics=None) -> list[str]:
         return []
     lines = [
         "",
-        "States (an arm's runs in two clusters, the primary metrics tested; docs/statistics.md "
+        "States (an arm's runs in two clusters, each primary metric tested; docs/statistics.md "
         '"Two states: bimodal runs"): its interval and verdict pool two behaviours of the host or engine.',
         "",
     ]
@@ -108,7 +108,7 @@ def swing_lines(summary: SweepSummary, metrics=None) -> list[str]:
         return []
     lines = [
         "",
-        "Runs that differ beyond their own iterations (the primary metrics; docs/noise.md): the engine "
+        "Runs that differ beyond their own iterations (each primary metric tested; docs/noise.md): the engine "
         "process, not the iterations within it, moved these numbers.",
         "",
     ]

@@ -25,8 +25,13 @@ both marks: ``/proc/stat``'s busy time of every CPU, and each thread's
 slot's CPUs were busy with beyond the tree's own threads is a neighbour's
 (:func:`summarize_interference`).
 
-Measured cost (benchmarks/sampler_overhead.py): about 0.45 % of one core for
-a 3-process tree, of which a third is the 20 Hz timer wake-up itself.
+At the two marks it also reads each thread's switches and migrations
+(``sched``) and each process's page faults, and every sample the slot
+CPUs' steal, irq, frequency and the RAPL packages' energy: the window's
+telemetry (:func:`summarize_telemetry`). Each run's whole sampler cost is
+in its row (:meth:`TreeSampler.cost`). Measured over the timed part of a
+20 s run (benchmarks/sampler_overhead.py): about 0.47-0.50 % of one core for
+a 3-process tree, of which the 20 Hz loop is about 0.3 %.
 """
 
 from __future__ import annotations
@@ -68,7 +73,7 @@ INTERFERENCE_FROM, INTERFERENCE_TO = "loaded", "steady"
 # one-CPU share to about 1 %. Slower when a read of a many-threaded tree costs
 # more than the budget (of one core).
 INTERFERENCE_PERIOD_S = 1.0
-INTERFERENCE_BUDGET = 0.002
+INTERFERENCE_BUDGET = 0.001
 # A scan of every process's ppid younger than this is reused (see TreeSampler._descendants).
 RESCAN_S = 0.25
 
@@ -135,11 +140,11 @@ class InterferenceSample:
     # frequency at this moment (kHz)
     steal_s: dict[int, float] = field(default_factory=dict)
     irq_s: dict[int, float] = field(default_factory=dict)
-    nvcsw: int = 0
-    nivcsw: int = 0
+    nvcsw: int | None = None  # switches, migrations and faults: read at the marks only (None between)
+    nivcsw: int | None = None
     migrations: int | None = None
-    minflt: int = 0
-    majflt: int = 0
+    minflt: int | None = None
+    majflt: int | None = None
     energy_uj: dict[str, int] = field(default_factory=dict)
     freq_khz: dict[int, int] = field(default_factory=dict)
 
@@ -178,7 +183,7 @@ class TreeSampler:
     root_pid: int
     interval: float = 0.05
     tree_period_s: float = 2.0
-    budget: float = 0.0005  # of one core, for each of the tree refresh and Pss
+    budget: float = 0.0003  # of one core, for each of the tree refresh, Pss and numa_maps
     samples: list[Sample] = field(default_factory=list)
     pss_samples: list[PssSample] = field(default_factory=list)
     seen: dict[int, ProcessSeen] = field(default_factory=dict)
@@ -213,7 +218,8 @@ class TreeSampler:
         self._sched: dict[tuple[int, int], ThreadSched] = {}
         self._tree_s_by_cpu: dict[int, float] = {}
         self._run_delay_s = 0.0
-        self._switches = [0, 0, 0]  # voluntary, involuntary, migrations: the tree's, since the first sample
+        self._switches = [0, 0, 0]  # voluntary, involuntary, migrations: the tree's, since the first mark
+        self._switch_seen: dict[tuple[int, int], ThreadSched] = {}
         self._has_migrations = True
         self._faults: dict[int, tuple[int, int]] = {}
         self._fault_totals = [0, 0]
@@ -221,15 +227,30 @@ class TreeSampler:
         self._scan_lock = threading.Lock()
         self._scanned: set[int] = set()
         self._scanned_at = -math.inf
+        self.loop_cpu_s: float | None = None
+        self.mark_cpu_s = 0.0  # interference samples taken on the log reader's thread, at marks
+        self._started_at = time.monotonic()
         self._thread = threading.Thread(target=self._loop, name=f"sampler-{self.root_pid}", daemon=True)
 
     def start(self) -> TreeSampler:
+        self._started_at = time.monotonic()
         self._thread.start()
         return self
 
     def stop(self) -> None:
         self._stopping = True
         self._thread.join()
+        self._stopped_at = time.monotonic()
+
+    def cost(self) -> tuple[float | None, float | None]:
+        """(CPU seconds, share of one core) the sampler spent on this tree:
+        its thread's CPU and the interference samples taken at marks on the
+        log reader's thread, over the time it sampled. None before stop."""
+        if self.loop_cpu_s is None:
+            return None, None
+        cpu = self.loop_cpu_s + self.mark_cpu_s
+        span = self._stopped_at - self._started_at
+        return cpu, cpu / span if span > 0 else None
 
     def mark(self, phase: str) -> None:
         """Record that the engine entered ``phase`` (called by the log reader)."""
@@ -247,7 +268,7 @@ class TreeSampler:
         if phase == INTERFERENCE_FROM or (self._interference_on and phase == INTERFERENCE_TO):
             self._interference_on = phase == INTERFERENCE_FROM
             try:
-                self._self_timed_interference(refresh=True)
+                self.mark_cpu_s += self._self_timed_interference(refresh=True)
             except Exception as err:  # noqa: BLE001 - the log reader must go on draining the engine's pipe
                 self._interference_on = False
                 self.error = self.error or f"sampler failed: {type(err).__name__}: {err}"
@@ -278,6 +299,7 @@ class TreeSampler:
             self.error = f"sampler failed: {type(err).__name__}: {err}"
         finally:
             self._statm.close()
+            self.loop_cpu_s = time.thread_time()  # the sampler thread's CPU, all of it
 
     def _sample_until_stopped(self) -> None:
         next_t = time.monotonic()
@@ -329,15 +351,22 @@ class TreeSampler:
         if refresh:  # at a mark: children the paced tree refresh has not found yet
             pids |= self._descendants()
         first = not self.interference
-        for key, now in read_threads_sched(pids).items():
+        # switches, migrations and faults at the marks only: the window's
+        # counts need its two ends, and a third file per thread each second
+        # would cost a 70-thread tree as much again
+        at_mark = refresh
+        for key, now in read_threads_sched(pids, switches=at_mark).items():
             before = self._sched.get(key)
             self._sched[key] = now
+            if at_mark:
+                self._add_switches(key, now, first)
             if first:
                 continue
             if before and now.exec_ns < before.exec_ns:  # a reused tid: another thread
                 before = None
             self._add_thread(key, before, now)
-        self._add_faults(pids, first)
+        if at_mark:
+            self._add_faults(pids, first)
         stat = cpu_stat()
         busy = {cpu: busy_idle(c)[0] / CLK_TCK for cpu, c in stat.items()}
         self.interference.append(
@@ -349,24 +378,47 @@ class TreeSampler:
                 self._run_delay_s,
                 steal_s={cpu: c["steal"] / CLK_TCK for cpu, c in stat.items()},
                 irq_s={cpu: (c["irq"] + c["softirq"]) / CLK_TCK for cpu, c in stat.items()},
-                nvcsw=self._switches[0],
-                nivcsw=self._switches[1],
-                migrations=self._switches[2] if self._has_migrations else None,
-                minflt=self._fault_totals[0],
-                majflt=self._fault_totals[1],
+                nvcsw=self._switches[0] if at_mark else None,
+                nivcsw=self._switches[1] if at_mark else None,
+                migrations=self._switches[2] if at_mark and self._has_migrations else None,
+                minflt=self._fault_totals[0] if at_mark else None,
+                majflt=self._fault_totals[1] if at_mark else None,
                 energy_uj=read_energy_uj(self._rapl),
                 freq_khz=read_cur_freq_khz(self.cpus),
             )
         )
 
+    def _totals(self, key: tuple[int, int], name: str) -> ThreadTotals:
+        totals = self.threads.get(key)
+        if totals is None:
+            pid = key[0]
+            process = self.seen[pid].name if pid in self.seen else "?"
+            totals = self.threads[key] = ThreadTotals(pid, key[1], process, name)
+        return totals
+
     def _add_thread(self, key: tuple[int, int], before: ThreadSched | None, now: ThreadSched) -> None:
-        """One thread's counters since the last sample, to the tree's and its own totals."""
+        """One thread's CPU time and wait since the last sample, to the tree's and its own totals."""
         exec_s = (now.exec_ns - (before.exec_ns if before else 0)) / 1e9
         delay_s = (now.run_delay_ns - (before.run_delay_ns if before else 0)) / 1e9
-        nvcsw = now.nvcsw - (before.nvcsw if before else 0)
-        nivcsw = now.nivcsw - (before.nivcsw if before else 0)
         self._tree_s_by_cpu[now.cpu] = self._tree_s_by_cpu.get(now.cpu, 0.0) + exec_s
         self._run_delay_s += delay_s
+        totals = self._totals(key, now.name)
+        totals.cpu_s += exec_s
+        totals.run_delay_s += delay_s
+        if exec_s > 0:
+            totals.cpus.add(now.cpu)
+
+    def _add_switches(self, key: tuple[int, int], now: ThreadSched, first: bool) -> None:
+        """At a mark: one thread's switches and migrations since the last mark
+        (all of them for a thread born since), to the tree's and its own totals."""
+        before = self._switch_seen.get(key)
+        self._switch_seen[key] = now
+        if first:
+            return
+        if before and now.nvcsw + now.nivcsw < before.nvcsw + before.nivcsw:  # a reused tid
+            before = None
+        nvcsw = now.nvcsw - (before.nvcsw if before else 0)
+        nivcsw = now.nivcsw - (before.nivcsw if before else 0)
         self._switches[0] += nvcsw
         self._switches[1] += nivcsw
         migrations = None
@@ -375,18 +427,10 @@ class TreeSampler:
         else:
             migrations = now.migrations - ((before.migrations or 0) if before else 0)
             self._switches[2] += migrations
-        pid = key[0]
-        totals = self.threads.get(key)
-        if totals is None:
-            process = self.seen[pid].name if pid in self.seen else "?"
-            totals = self.threads[key] = ThreadTotals(pid, key[1], process, now.name)
-        totals.cpu_s += exec_s
-        totals.run_delay_s += delay_s
+        totals = self._totals(key, now.name)
         totals.nvcsw += nvcsw
         totals.nivcsw += nivcsw
         totals.migrations = None if migrations is None else (totals.migrations or 0) + migrations
-        if exec_s > 0:
-            totals.cpus.add(now.cpu)
 
     def _add_faults(self, pids: set[int], first: bool) -> None:
         for pid in pids:
@@ -408,7 +452,9 @@ class TreeSampler:
         within moments: the second reuses the first's."""
         now = time.monotonic()
         with self._scan_lock:
-            if now - self._scanned_at > RESCAN_S:
+            # reused only for the same mark: a mark right after the start must see the children since
+            marked = self.phase_marks[-1][0] if self.phase_marks else math.inf
+            if now - self._scanned_at > RESCAN_S or self._scanned_at < marked:
                 self._scanned = descendants(self.root_pid, parent_map())
                 self._scanned_at = time.monotonic()
             return set(self._scanned)
@@ -687,6 +733,13 @@ def summarize_telemetry(
     first, last = samples[0], samples[-1]
     window = last.t - first.t
     capacity = window * len(cpus)
+    marked = [s for s in samples if s.nvcsw is not None]  # switches and faults: read at the marks
+    a, b = (marked[0], marked[-1]) if len(marked) >= 2 else (None, None)
+
+    def counted(attr: str) -> int | None:
+        if a is None or getattr(a, attr) is None or getattr(b, attr) is None:
+            return None
+        return getattr(b, attr) - getattr(a, attr)
 
     def share(attr: str) -> float:
         a, b = getattr(first, attr), getattr(last, attr)
@@ -695,11 +748,11 @@ def summarize_telemetry(
     freqs = [f / 1000 for s in samples for c, f in s.freq_khz.items() if c in cpus]
     return Telemetry(
         window_s=window,
-        nvcsw=last.nvcsw - first.nvcsw,
-        nivcsw=last.nivcsw - first.nivcsw,
-        migrations=None if last.migrations is None or first.migrations is None else last.migrations - first.migrations,
-        minflt=last.minflt - first.minflt,
-        majflt=last.majflt - first.majflt,
+        nvcsw=counted("nvcsw"),
+        nivcsw=counted("nivcsw"),
+        migrations=counted("migrations"),
+        minflt=counted("minflt"),
+        majflt=counted("majflt"),
         steal_pct=share("steal_s"),
         irq_pct=share("irq_s"),
         freq_mhz=statistics.mean(freqs) if freqs else None,
@@ -725,4 +778,6 @@ def summarize(sampler: TreeSampler) -> dict:
         "pss_samples": pss.count,
         "pss_interval_ms": pss.interval_ms,
         "n_procs": max((s.n_procs for s in sampler.samples), default=None),
+        "sampler_cpu_ms": None if (cost := sampler.cost())[0] is None else cost[0] * 1000,
+        "sampler_cpu_pct": None if cost[1] is None else cost[1] * 100,
     }

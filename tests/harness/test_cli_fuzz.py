@@ -125,6 +125,10 @@ def base_args(words: tuple[str, ...], w) -> list[str]:
         ("provenance",): [w.run_id, *r],
         ("env", "build"): ["llamacpp"],
         ("models", "make"): ["tiny-llama"],
+        # never the machine's own /sys: a fixture root, a state file of the test's, and tune only dry
+        ("host", "check"): ["--sysfs-root", w.sysfs],
+        ("host", "tune"): ["--sysfs-root", w.sysfs, "--dry-run", "--state", w.missing],
+        ("host", "reset"): ["--sysfs-root", w.sysfs, "--state", w.missing],
     }.get(words, [])
 
 
