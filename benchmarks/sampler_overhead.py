@@ -1,22 +1,26 @@
 """What does watching a run cost? The sampler's CPU as a fraction of one core.
 
 Runs the same 3-process workload (a parent burning CPU for a fixed time while
-holding memory, two children holding memory) several times, alternating
-sampled at 20 Hz and unsampled, and reports:
+holding memory, two children holding memory) several times, interleaving
+three ways: unsampled, sampled for memory only, and sampled as in a run's
+timed part (memory plus the interference and telemetry samples: every
+thread's schedstat and stat about once a second, its switches, migrations
+and the tree's faults at both marks, /proc/stat, frequency and RAPL where
+present). It reports, as medians over the reps:
 
-- the orchestrator's CPU time per second of wall time while sampling
-  (``getrusage(RUSAGE_SELF)``: the sampler thread is the only thing it runs),
-  minus the same figure unsampled;
-- the workload's own throughput (iterations per second) sampled vs unsampled.
+- the orchestrator's CPU time per second of wall time
+  (``getrusage(RUSAGE_SELF)``: the sampler thread is the only thing it
+  runs), each sampled way minus unsampled: the sampler's cost, and the
+  telemetry's share of it;
+- where the full sampler's time went (its own counters);
+- the floor: a thread waking at 20 Hz and reading nothing, which on a VM is
+  a large part of the whole (each wake-up is a timer exit);
+- the workload's own throughput (iterations per second), sampled vs unsampled.
 
-The sampler runs as in a run's timed part (between the ``loaded`` and
-``steady`` marks): memory at 20 Hz plus the interference and telemetry
-samples (every thread's schedstat, stat and sched, /proc/stat, faults,
-frequency and RAPL where present). ``--threads N`` gives the parent N idle
-threads more, as a vLLM tree's ~70 OpenMP and runtime threads.
-
-Target: <= 0.5 % of one core. Both are measured side by side in one
-run; on a shared host read the ratio, not the absolute numbers.
+``--threads N`` gives the parent N idle threads more, as a vLLM tree's ~70
+OpenMP and runtime threads. Target: <= 0.5 % of one core. Every way is
+measured side by side in one run; on a shared host read the differences,
+not the absolute numbers.
 
     .venv/bin/python benchmarks/sampler_overhead.py [--seconds 8] [--reps 3] [--threads 64]
 """
@@ -58,16 +62,22 @@ def cpu_self() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def one_rep(seconds: float, mb: int, sampled: bool, threads: int) -> tuple[float, float, int]:
+MODES = ("off", "memory", "full")
+
+
+def one_rep(seconds: float, mb: int, mode: str, threads: int) -> tuple[float, float, TreeSampler | None]:
+    """(orchestrator CPU per wall second, workload rate, the sampler) of one
+    workload, unsampled (``off``), or sampled with marks that bound its
+    timed part: ``loaded`` (telemetry on, ``full``) or ``load`` (memory only)."""
     proc = subprocess.Popen(
         [sys.executable, "-c", WORKLOAD, str(seconds), str(mb), str(threads)], stdout=subprocess.PIPE, text=True
     )
     proc.stdout.readline()
     cpu0, t0 = cpu_self(), time.monotonic()
     sampler = None
-    if sampled:
+    if mode != "off":
         sampler = TreeSampler(proc.pid, cpus=tuple(sorted(os.sched_getaffinity(0)))).start()
-        sampler.mark("loaded")  # the timed part: interference and telemetry samples on
+        sampler.mark("loaded" if mode == "full" else "load")
     rate = float(proc.stdout.readline())
     if sampler:
         sampler.mark("steady")
@@ -75,7 +85,17 @@ def one_rep(seconds: float, mb: int, sampled: bool, threads: int) -> tuple[float
     cpu, wall = cpu_self() - cpu0, time.monotonic() - t0
     proc.wait()
     proc.stdout.close()
-    return cpu / wall, rate, len(sampler.samples) if sampler else 0
+    return cpu / wall, rate, sampler
+
+
+def wake_floor(seconds: float, interval: float = 0.05) -> float:
+    """CPU per wall second of a thread that wakes every ``interval`` and does nothing."""
+    start, t0 = time.thread_time(), time.monotonic()
+    next_t = t0
+    while time.monotonic() - t0 < seconds:
+        next_t += interval
+        time.sleep(max(0.0, next_t - time.monotonic()))
+    return (time.thread_time() - start) / (time.monotonic() - t0)
 
 
 def main() -> None:
@@ -85,24 +105,42 @@ def main() -> None:
     parser.add_argument("--mb", type=int, default=128)
     parser.add_argument("--threads", type=int, default=0, help="idle threads more in the workload's parent")
     args = parser.parse_args()
-    results: dict[bool, list[tuple[float, float, int]]] = {True: [], False: []}
+    results: dict[str, list[tuple[float, float, TreeSampler | None]]] = {mode: [] for mode in MODES}
+    floors = []
     for rep in range(args.reps):
-        for sampled in (False, True) if rep % 2 == 0 else (True, False):
-            results[sampled].append(one_rep(args.seconds, args.mb, sampled, args.threads))
-    on = statistics.median(r[0] for r in results[True])
-    off = statistics.median(r[0] for r in results[False])
-    rate_on = statistics.median(r[1] for r in results[True])
-    rate_off = statistics.median(r[1] for r in results[False])
-    samples = statistics.median(r[2] for r in results[True])
+        for mode in MODES[rep % 3 :] + MODES[: rep % 3]:  # each way first in turn
+            results[mode].append(one_rep(args.seconds, args.mb, mode, args.threads))
+        floors.append(wake_floor(min(args.seconds, 5.0)))
+    cpu = {mode: [r[0] for r in results[mode]] for mode in MODES}
+    off = statistics.median(cpu["off"])
+
+    def pct(values) -> str:
+        return f"{100 * statistics.median(values):.3f} % ({', '.join(f'{100 * v:.3f}' for v in values)})"
+
     print(
         f"workload: 3 processes (+{args.threads} idle threads), {args.mb} MiB each, "
-        f"{args.seconds:g} s, {args.reps} reps each way"
+        f"{args.seconds:g} s, {args.reps} reps each way, interleaved"
     )
-    print(f"samples per sampled rep: {samples:.0f} ({samples / args.seconds:.1f} Hz)")
-    print(f"orchestrator CPU, sampled:   {on * 100:.3f} % of one core")
-    print(f"orchestrator CPU, unsampled: {off * 100:.3f} % of one core")
-    print(f"sampler cost: {(on - off) * 100:.3f} % of one core (target <= 0.5 %)")
-    print(f"workload throughput sampled/unsampled: {rate_on / rate_off:.4f}")
+    samplers = [r[2] for r in results["full"]]
+    print(f"samples per sampled rep: {statistics.median(len(s.samples) for s in samplers):.0f}")
+    print(f"orchestrator CPU, unsampled: {pct(cpu['off'])} of one core")
+    print(f"sampler cost, memory only: {pct([c - off for c in cpu['memory']])} of one core")
+    print(f"sampler cost, with telemetry: {pct([c - off for c in cpu['full']])} of one core (target <= 0.5 %)")
+    full = sorted(samplers, key=lambda s: s.cost()[0])[len(samplers) // 2]  # the median rep
+    span = full._stopped_at - full._started_at
+    parts = {
+        "interference and telemetry samples": full.interference_cpu_s,
+        "numa_maps reads": full.numa_cpu_s,
+        "everything else (20 Hz RssAnon, tree, Pss, wake-ups)": full.cost()[0]
+        - full.interference_cpu_s
+        - full.numa_cpu_s,
+    }
+    print("where one full rep's sampler time went, % of one core:")
+    for name, cpu_s in parts.items():
+        print(f"  {name}: {100 * cpu_s / span:.3f} % ({1000 * cpu_s:.1f} ms of {span:.1f} s)")
+    print(f"floor, a thread waking at 20 Hz reading nothing: {pct(floors)} of one core")
+    rates = {mode: statistics.median(r[1] for r in results[mode]) for mode in MODES}
+    print(f"workload throughput with telemetry/unsampled: {rates['full'] / rates['off']:.4f}")
 
 
 if __name__ == "__main__":

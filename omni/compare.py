@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pandas as pd
@@ -33,6 +33,8 @@ from omni.summary import (
     min_effects,
     primary_metrics,
     sweep_spec,
+    sweep_states,
+    sweep_swings,
     void_arms,
     void_refusal,
 )
@@ -51,6 +53,10 @@ class SweepComparison:
     primary: tuple[str, ...] = ()  # the primary metrics (of ``after``'s spec), first in ``metrics``
     adjustment: Adjustment | None = None  # each metric's interval level (multiplicity)
     void: dict[str, str] = field(default_factory=dict)  # arm -> why it is VOID in either sweep
+    # ("before" | "after", arm, metric) -> (Modes, Explanation): that sweep's runs of the arm in two states
+    states: dict[tuple[str, str, str], tuple] = field(default_factory=dict)
+    # likewise (Swing, Explanation): its runs differ beyond their iterations' noise
+    swings: dict[tuple[str, str, str], tuple] = field(default_factory=dict)
 
 
 def compare_sweeps(
@@ -82,6 +88,16 @@ def compare_sweeps(
         for arm in arms
         for m in metrics
     }
+    states, swings = {}, {}
+    for side, frame in (("before", a_ok), ("after", b_ok)):
+        modes, found = sweep_states(frame, arms, adjustment.primary, effects)
+        states |= {(side, *key): (modes[key], explained) for key, explained in found.items()}
+        swung = sweep_swings(frame, arms, adjustment.primary, effects, found)
+        swings |= {(side, *key): value for key, value in swung.items()}
+    judged = {
+        key: replace(j, bimodal=tuple(side for side in ("before", "after") if (side, *key) in states))
+        for key, j in judged.items()
+    }
     changes = {}
     for arm in arms:
         old = json.loads(a_all.loc[a_all["arm"] == arm, "arm_json"].iloc[0])
@@ -102,6 +118,8 @@ def compare_sweeps(
         adjustment.primary,
         adjustment,
         {arm: why for arm, why in void.items() if arm in arms},
+        states,
+        swings,
     )
 
 

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import os
 import re
+import resource
+import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from omni.mempolicy import NumaMaps, parse_numa_maps, policy_of_thread
@@ -104,7 +106,7 @@ def parse_thread_sched(schedstat: bytes, stat: bytes, switches: bytes = b"") -> 
     exec_ns, delay_ns = schedstat.split()[:2]
     close = stat.rindex(b")")
     name = stat[stat.index(b"(") + 1 : close].decode(errors="replace")
-    after_comm = stat[close + 2 :].split()
+    after_comm = stat[close + 2 :].split(None, 37)  # up to field 39, not the ~13 after it
     fields = {k: int(v) for k, v in _SCHED_FIELDS.findall(switches)}
     if fields:
         return ThreadSched(
@@ -146,6 +148,126 @@ def read_thread_sched(pid: int, tid: int | str, switches: bool = False) -> Threa
         return parse_thread_sched(_read(f"{base}/schedstat"), _read(f"{base}/stat"), more)
     except (OSError, ValueError, IndexError):
         return None
+
+
+# Descriptors the thread readers of one orchestrator may keep open together:
+# a quarter of its limit (256 at the usual soft limit of 1024), so a sweep's
+# other files never meet EMFILE; past it, threads are read by open and close.
+KEPT_FDS_MAX = resource.getrlimit(resource.RLIMIT_NOFILE)[0] // 4
+_kept_lock = threading.Lock()
+_kept = 0
+
+
+def _keep(count: int) -> bool:
+    """Reserve ``count`` kept descriptors, False when that would pass :data:`KEPT_FDS_MAX`."""
+    global _kept
+    with _kept_lock:
+        if _kept + count > KEPT_FDS_MAX:
+            return False
+        _kept += count
+        return True
+
+
+def _release(count: int) -> None:
+    global _kept
+    with _kept_lock:
+        _kept -= count
+
+
+class ThreadSchedReader:
+    """:func:`read_threads_sched` with each thread's ``schedstat`` and
+    ``stat`` kept open and re-read with one ``pread`` each.
+
+    Opening the two files costs six times the reads: 1.8 ms against 0.27 ms
+    for a 65-thread tree on a 2-vCPU VM, every second of a timed part. A kept
+    descriptor of a thread that ended fails (ESRCH) instead of showing a new
+    thread with its tid; those of threads no longer listed are closed. A
+    thread whose CPU time has not moved since the last read did not run, so
+    its ``stat`` (the CPU it last ran on, and most of the cost) is not read
+    again, except when ``switches`` asks for everything: most of an engine's
+    threads sleep through a timed part.
+    """
+
+    def __init__(self) -> None:
+        self._fds: dict[tuple[int, int], tuple[int, int]] = {}
+        self._last: dict[tuple[int, int], ThreadSched] = {}
+
+    def read(self, pids, switches: bool = False) -> dict[tuple[int, int], ThreadSched]:
+        """As :func:`read_threads_sched`; threads of processes not in ``pids`` are let go."""
+        out, listed = {}, set()
+        for pid in pids:
+            try:
+                tids = os.listdir(f"/proc/{pid}/task")
+            except OSError:
+                continue
+            for tid in tids:
+                key = (pid, int(tid))
+                listed.add(key)
+                sched = self._read(key, switches)
+                if sched is not None:
+                    out[key] = sched
+        for key in self._fds.keys() - listed:
+            self._forget(key)
+        return out
+
+    def _read(self, key: tuple[int, int], switches: bool) -> ThreadSched | None:
+        base = f"/proc/{key[0]}/task/{key[1]}"
+        try:
+            more = _read(f"{base}/{SWITCHES_FILE}") if switches else b""
+            fds = self._fds.get(key)
+            if fds is not None:
+                try:
+                    schedstat = os.pread(fds[0], 256, 0)
+                    last = self._last.get(key)
+                    if last is not None and not switches:
+                        exec_ns, delay_ns = schedstat.split()[:2]
+                        if int(exec_ns) == last.exec_ns:  # it did not run: its last CPU is the same
+                            return replace(last, run_delay_ns=int(delay_ns), nvcsw=0, nivcsw=0, migrations=None)
+                    return self._keep_last(key, parse_thread_sched(schedstat, os.pread(fds[1], 1024, 0), more))
+                except OSError:  # that thread ended: one listed with its tid now is another
+                    self._forget(key)
+            fds = self._open(base)
+            if fds is None:  # past KEPT_FDS_MAX
+                return parse_thread_sched(_read(f"{base}/schedstat"), _read(f"{base}/stat"), more)
+            self._fds[key] = fds
+            return self._keep_last(key, parse_thread_sched(os.pread(fds[0], 256, 0), os.pread(fds[1], 1024, 0), more))
+        except (OSError, ValueError, IndexError):
+            self._forget(key)
+            return None
+
+    @staticmethod
+    def _open(base: str) -> tuple[int, int] | None:
+        if not _keep(2):
+            return None
+        opened: list[int] = []
+        try:
+            for name in ("schedstat", "stat"):
+                opened.append(os.open(f"{base}/{name}", os.O_RDONLY))
+        except OSError:
+            for fd in opened:
+                os.close(fd)
+            _release(2)
+            raise
+        return opened[0], opened[1]
+
+    def _keep_last(self, key: tuple[int, int], sched: ThreadSched) -> ThreadSched:
+        self._last[key] = sched
+        return sched
+
+    def _forget(self, key: tuple[int, int]) -> None:
+        self._last.pop(key, None)
+        fds = self._fds.pop(key, None)
+        if fds is not None:
+            for fd in fds:
+                os.close(fd)
+            _release(2)
+
+    def close(self) -> None:
+        for key in list(self._fds):
+            self._forget(key)
+
+    def __len__(self) -> int:
+        return len(self._fds)
 
 
 def read_threads_sched(pids, switches: bool = False) -> dict[tuple[int, int], ThreadSched]:

@@ -49,6 +49,16 @@ def verdict_text(judged: Judged) -> str:
     return text
 
 
+STATES_TITLE = (
+    "States (an arm's runs in two clusters, each primary metric tested; docs/statistics.md "
+    '"Two states: bimodal runs"): its interval and verdict pool two behaviours of the host or engine.'
+)
+SWINGS_TITLE = (
+    "Runs that differ beyond their own iterations (each primary metric tested; docs/noise.md): the engine "
+    "process, not the iterations within it, moved these numbers."
+)
+
+
 def bimodal_note(summary: SweepSummary, arm: str, metric: str) -> str:
     """What a verdict (or the baseline's row) says when its runs fell into two
     states: `` (bimodal arm: see states)``; empty otherwise."""
@@ -62,7 +72,11 @@ def bimodal_note(summary: SweepSummary, arm: str, metric: str) -> str:
 def states_text(summary: SweepSummary, arm: str, metric: str) -> str:
     """``2 states: 3 runs near 480, 2 near 1150 tok/s; the slow runs had …``
     (omni.modes), the low state first."""
-    modes, explained = summary.modes[(arm, metric)], summary.states[(arm, metric)]
+    return modes_text(summary.modes[(arm, metric)], summary.states[(arm, metric)], metric)
+
+
+def modes_text(modes, explained, metric: str) -> str:
+    """:func:`states_text` of one arm's :class:`omni.modes.Modes` and what separates them."""
     unit = COLUMNS_BY_NAME[metric].unit
     low, high = modes.clusters
     return (
@@ -76,19 +90,17 @@ def states_lines(summary: SweepSummary, metrics=None) -> list[str]:
     keys = [(a, m) for (a, m) in summary.states if metrics is None or m in metrics]
     if not keys:
         return []
-    lines = [
-        "",
-        "States (an arm's runs in two clusters, each primary metric tested; docs/statistics.md "
-        '"Two states: bimodal runs"): its interval and verdict pool two behaviours of the host or engine.',
-        "",
-    ]
-    return lines + [f"- `{arm}` {metric}: {states_text(summary, arm, metric)}" for arm, metric in keys]
+    return ["", STATES_TITLE, ""] + [f"- `{arm}` {metric}: {states_text(summary, arm, metric)}" for arm, metric in keys]
 
 
 def swing_text(summary: SweepSummary, arm: str, metric: str) -> str:
     """``runs differ beyond their iterations (sd 25 % between runs, 4 % implied
     within, p 0.001): slow 1 run near 396, fast 2 near 610 tok/s; …``"""
-    swing, explained = summary.swings[(arm, metric)]
+    return swing_of_text(*summary.swings[(arm, metric)], metric)
+
+
+def swing_of_text(swing, explained, metric: str) -> str:
+    """:func:`swing_text` of one arm's :class:`omni.modes.Swing` and what sets its runs apart."""
     unit = COLUMNS_BY_NAME[metric].unit
     low, high = swing.clusters
     worse, better = (low, high) if COLUMNS_BY_NAME[metric].better == "higher" else (high, low)
@@ -106,13 +118,7 @@ def swing_lines(summary: SweepSummary, metrics=None) -> list[str]:
     keys = [(a, m) for (a, m) in summary.swings if metrics is None or m in metrics]
     if not keys:
         return []
-    lines = [
-        "",
-        "Runs that differ beyond their own iterations (each primary metric tested; docs/noise.md): the engine "
-        "process, not the iterations within it, moved these numbers.",
-        "",
-    ]
-    return lines + [f"- `{arm}` {metric}: {swing_text(summary, arm, metric)}" for arm, metric in keys]
+    return ["", SWINGS_TITLE, ""] + [f"- `{arm}` {metric}: {swing_text(summary, arm, metric)}" for arm, metric in keys]
 
 
 def median_interval(cell) -> str:
@@ -405,7 +411,8 @@ def comparison_markdown(result: SweepComparison) -> str:
                 c = judged.comparison
                 n_before, n_after = (c.n_base, c.n_other) if c else ("-", "-")
                 label = f"{arm} (VOID)" if arm in result.void else arm
-                lines.append(f"| {label} | {metric} | {n_before} | {n_after} | {verdict_text(judged)} |")
+                note = f" (bimodal {' and '.join(judged.bimodal)}: see states)" if judged.bimodal else ""
+                lines.append(f"| {label} | {metric} | {n_before} | {n_after} | {verdict_text(judged)}{note} |")
     drifts = sorted(
         {
             (j.comparison.drift, result.drift_sources.get(key, "default"))
@@ -420,6 +427,19 @@ def comparison_markdown(result: SweepComparison) -> str:
     ]
     if result.adjustment is not None:
         lines += ["", f"Multiplicity: {result.adjustment.describe()}."]
+    sweeps = {"before": result.before, "after": result.after}
+    if result.states:
+        lines += ["", STATES_TITLE, ""]
+        lines += [
+            f"- `{arm}` {metric} ({side}, {sweeps[side]}): {modes_text(*found, metric)}"
+            for (side, arm, metric), found in result.states.items()
+        ]
+    if result.swings:
+        lines += ["", SWINGS_TITLE, ""]
+        lines += [
+            f"- `{arm}` {metric} ({side}, {sweeps[side]}): {swing_of_text(*found, metric)}"
+            for (side, arm, metric), found in result.swings.items()
+        ]
     extra = sorted({w for j in result.judged.values() for w in j.warnings})
     if extra:
         lines += ["", "Warnings:"] + [f"- {w}" for w in collapse_warnings(extra)]

@@ -49,6 +49,7 @@ from omni.procfs import (
     KIB_PER_MIB,
     StatmReader,
     ThreadSched,
+    ThreadSchedReader,
     busy_idle,
     cpu_stat,
     descendants,
@@ -61,7 +62,6 @@ from omni.procfs import (
     read_pss_anon_kib,
     read_status,
     read_thread_policy,
-    read_threads_sched,
 )
 from omni.topology import format_cpulist, parse_cpulist
 
@@ -73,7 +73,7 @@ INTERFERENCE_FROM, INTERFERENCE_TO = "loaded", "steady"
 # one-CPU share to about 1 %. Slower when a read of a many-threaded tree costs
 # more than the budget (of one core).
 INTERFERENCE_PERIOD_S = 1.0
-INTERFERENCE_BUDGET = 0.001
+INTERFERENCE_BUDGET = 0.0006
 # A scan of every process's ppid younger than this is reused (see TreeSampler._descendants).
 RESCAN_S = 0.25
 
@@ -183,7 +183,7 @@ class TreeSampler:
     root_pid: int
     interval: float = 0.05
     tree_period_s: float = 2.0
-    budget: float = 0.0003  # of one core, for each of the tree refresh, Pss and numa_maps
+    budget: float = 0.0002  # of one core, for each of the tree refresh, Pss and numa_maps
     samples: list[Sample] = field(default_factory=list)
     pss_samples: list[PssSample] = field(default_factory=list)
     seen: dict[int, ProcessSeen] = field(default_factory=dict)
@@ -216,6 +216,7 @@ class TreeSampler:
         self._next_interference = 0.0
         self._interference_lock = threading.Lock()
         self._sched: dict[tuple[int, int], ThreadSched] = {}
+        self._thread_files = ThreadSchedReader()
         self._tree_s_by_cpu: dict[int, float] = {}
         self._run_delay_s = 0.0
         self._switches = [0, 0, 0]  # voluntary, involuntary, migrations: the tree's, since the first mark
@@ -241,6 +242,8 @@ class TreeSampler:
         self._stopping = True
         self._thread.join()
         self._stopped_at = time.monotonic()
+        with self._interference_lock:  # a mark may still come from the log reader: it samples no more
+            self._thread_files.close()
 
     def cost(self) -> tuple[float | None, float | None]:
         """(CPU seconds, share of one core) the sampler spent on this tree:
@@ -337,6 +340,8 @@ class TreeSampler:
 
     def _self_timed_interference(self, refresh: bool) -> float:
         with self._interference_lock:
+            if self._stopping:
+                return 0.0
             cost = self._timed(lambda: self._sample_interference(refresh))
             self.interference_cpu_s += cost
             return cost
@@ -355,7 +360,7 @@ class TreeSampler:
         # counts need its two ends, and a third file per thread each second
         # would cost a 70-thread tree as much again
         at_mark = refresh
-        for key, now in read_threads_sched(pids, switches=at_mark).items():
+        for key, now in self._thread_files.read(pids, switches=at_mark).items():
             before = self._sched.get(key)
             self._sched[key] = now
             if at_mark:

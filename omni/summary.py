@@ -183,7 +183,7 @@ class Judged:
     comparison: Comparison | None
     refused: str | None = None
     warnings: tuple[str, ...] = ()
-    bimodal: tuple[str, ...] = ()  # the compared arms whose runs fall into two states here (omni.modes)
+    bimodal: tuple[str, ...] = ()  # the sides ("arm", "baseline"; "before", "after") in two states here (omni.modes)
 
 
 @dataclass(frozen=True)

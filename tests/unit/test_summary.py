@@ -360,9 +360,11 @@ def test_too_few_passes_is_one_line_and_warnings_of_one_rule_collapse(tmp_path):
     assert collapse_warnings(["too_few_passes: a", "r: 1", "r: 2", "r: 3"]) == ["too_few_passes: a", "r (3): 1; 2; 3"]
 
 
-def _store_states(results: Path, sweep_id: str, arms: dict[str, list[float]], nivcsw: dict[str, list[int]]) -> None:
+def _store_states(
+    results: Path, sweep_id: str, arms: dict[str, list[float]], nivcsw: dict[str, list[int]], **columns
+) -> None:
     """Rows with per-run telemetry: decode_tok_s, slot (every state on both), the
-    EngineCore thread's involuntary switches where ``nivcsw`` gives them."""
+    EngineCore thread's involuntary switches where ``nivcsw`` gives them, and ``columns`` on every row."""
     order = 0
     for arm, values in arms.items():
         for p, value in enumerate(values):
@@ -384,6 +386,7 @@ def _store_states(results: Path, sweep_id: str, arms: dict[str, list[float]], ni
                 "telemetry_window_s": 1.0,
                 "started_at": T0,
                 "finished_at": T0,
+                **columns,
             }
             if arm in nivcsw:
                 threads = [
@@ -432,6 +435,29 @@ def test_a_bimodal_arm_is_found_explained_and_named_beside_its_verdict(tmp_path)
         "- `base` decode_tok_s: 2 states: 3 runs near 480, 3 near 1,150 tok/s; nothing measured separates them ("
         in text
     )
+
+
+def test_a_comparison_of_two_sweeps_says_which_sweep_ran_an_arm_in_two_states_or_swinging(tmp_path):
+    """Across sweeps as within one: a verdict on an arm that ran in two
+    states in one of the sweeps says so, and the states (and runs that
+    differ beyond their iterations) of each sweep are listed with the sweep."""
+    from omni.report import comparison_markdown
+
+    steady = [1000.0, 1010.0, 990.0, 1005.0, 995.0, 1002.0]
+    slow_fast = [480.0, 1150.0, 470.0, 1130.0, 495.0, 1160.0]
+    _store_states(tmp_path, "b1", {"new": steady, "other": [1000.0, 1001.0, 640.0]}, {},
+                  decode_tok_s_iter_sd_log=0.01, iterations=5)  # fmt: skip
+    _store_states(tmp_path, "b2", {"new": slow_fast, "other": [1000.0, 1001.0, 999.0]}, {"new": [4000, 90] * 3})
+    result = compare_sweeps(tmp_path, "b1", "b2")
+    assert result.judged[("new", "decode_tok_s")].bimodal == ("after",)
+    assert result.judged[("other", "decode_tok_s")].bimodal == ()
+    assert list(result.states) == [("after", "new", "decode_tok_s")]
+    assert list(result.swings) == [("before", "other", "decode_tok_s")]
+    text = comparison_markdown(result)
+    assert "(bimodal after: see states) |" in text
+    assert "- `new` decode_tok_s (after, b2): 2 states: 3 runs near 480, 3 near 1,150 tok/s; the slow runs had" in text
+    assert "- `other` decode_tok_s (before, b1): runs differ beyond their iterations (" in text
+    assert "slow 1 run(s) near 640, fast 2 near 1,000 tok/s" in text
 
 
 def test_a_host_setting_that_changed_during_the_sweep_is_a_warning(tmp_path):

@@ -9,7 +9,9 @@ import time
 
 import pytest
 
+import omni.procfs as procfs
 from omni.procfs import (
+    ThreadSchedReader,
     busy_idle,
     cpu_stat,
     parse_thread_sched,
@@ -18,6 +20,7 @@ from omni.procfs import (
     read_energy_uj,
     read_faults,
     read_thread_sched,
+    read_threads_sched,
 )
 from omni.sampler import InterferenceSample, ThreadTotals, TreeSampler, summarize_telemetry, thread_table
 
@@ -51,6 +54,51 @@ def test_this_threads_counters_read_live():
     assert read_faults(2**22 + 1) is None  # no such process
     counters = cpu_stat()
     assert counters and all(busy_idle(c)[0] >= c["steal"] for c in counters.values())
+
+
+def test_kept_thread_files_read_what_opened_ones_read_and_let_ended_threads_go():
+    pid, stop = os.getpid(), threading.Event()
+    worker = threading.Thread(target=stop.wait)
+    worker.start()
+    reader = ThreadSchedReader()
+    try:
+        kept = reader.read([pid], switches=True)
+        opened = read_threads_sched([pid], switches=True)
+        assert set(kept) == set(opened) and (pid, worker.native_id) in kept
+        for key, sched in kept.items():
+            assert (sched.name, sched.cpu >= 0) == (opened[key].name, True)
+            assert sched.nvcsw <= opened[key].nvcsw and sched.exec_ns <= opened[key].exec_ns
+        assert len(reader) == len(kept)
+        again = reader.read([pid])  # the sleeping worker did not run: its last CPU is kept, not re-read
+        assert again[(pid, worker.native_id)] == read_thread_sched(pid, worker.native_id)
+        stop.set()
+        worker.join()
+        again = reader.read([pid])
+        assert (pid, worker.native_id) not in again and len(reader) == len(again) == len(kept) - 1
+        assert reader.read([]) == {} and len(reader) == 0  # a process let go: its threads too
+    finally:
+        stop.set()
+        reader.close()
+    assert len(reader) == 0
+
+
+def test_past_the_descriptor_cap_threads_are_still_read_by_open_and_close(monkeypatch):
+    monkeypatch.setattr(procfs, "KEPT_FDS_MAX", procfs._kept + 4)  # room for two threads
+    stop = threading.Event()
+    workers = [threading.Thread(target=stop.wait) for _ in range(4)]
+    for w in workers:
+        w.start()
+    reader = ThreadSchedReader()
+    try:
+        got = reader.read([os.getpid()])
+        assert {(os.getpid(), w.native_id) for w in workers} <= set(got)
+        assert len(reader) == 2
+    finally:
+        stop.set()
+        for w in workers:
+            w.join()
+        reader.close()
+    assert procfs._kept + 4 == procfs.KEPT_FDS_MAX
 
 
 def sample(t, nivcsw=0, nvcsw=0, migrations=0, steal=0.0, irq=0.0, freq=None, energy=None, minflt=0, majflt=0):
