@@ -33,8 +33,10 @@ import resource
 import statistics
 import subprocess
 import sys
+import threading
 import time
 
+from omni.procfs import ThreadSchedReader, read_threads_sched
 from omni.sampler import TreeSampler
 
 WORKLOAD = r"""
@@ -98,6 +100,28 @@ def wake_floor(seconds: float, interval: float = 0.05) -> float:
     return (time.thread_time() - start) / (time.monotonic() - t0)
 
 
+def thread_reads(threads: int, reps: int = 200) -> tuple[float, float]:
+    """ms of CPU to read every thread's schedstat and stat in a process of
+    ``threads`` idle threads more: opened each time, and kept open."""
+    stop = threading.Event()
+    started = [threading.Thread(target=stop.wait, daemon=True) for _ in range(threads)]
+    for thread in started:
+        thread.start()
+    reader, pids = ThreadSchedReader(), [os.getpid()]
+    try:
+        reader.read(pids)
+        out = []
+        for read in (lambda: read_threads_sched(pids), lambda: reader.read(pids)):
+            start = time.thread_time()
+            for _ in range(reps):
+                read()
+            out.append(1000 * (time.thread_time() - start) / reps)
+        return out[0], out[1]
+    finally:
+        stop.set()
+        reader.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=8.0)
@@ -139,6 +163,11 @@ def main() -> None:
     for name, cpu_s in parts.items():
         print(f"  {name}: {100 * cpu_s / span:.3f} % ({1000 * cpu_s:.1f} ms of {span:.1f} s)")
     print(f"floor, a thread waking at 20 Hz reading nothing: {pct(floors)} of one core")
+    opened, kept = thread_reads(max(args.threads, 64))
+    print(
+        f"every thread's schedstat and stat, {max(args.threads, 64) + 1} threads: opened each time {opened:.2f} ms, "
+        f"kept open {kept:.2f} ms"
+    )
     rates = {mode: statistics.median(r[1] for r in results[mode]) for mode in MODES}
     print(f"workload throughput with telemetry/unsampled: {rates['full'] / rates['off']:.4f}")
 

@@ -28,6 +28,8 @@ from omni.store import profiled as is_profiled
 from omni.summary import (
     Judged,
     SweepSummary,
+    arm_states,
+    arm_swing,
     check_metrics,
     judge,
     min_effects,
@@ -157,6 +159,9 @@ class Change:
     history_sweeps: tuple[str, ...]
     run_ids: tuple[str, ...]
     history_run_ids: tuple[str, ...]
+    # this sweep's runs of the arm were not steady on the metric: ("states", Modes, Explanation)
+    # or ("swing", Swing, Explanation) of omni.summary.arm_states / arm_swing; a change may be one disturbed run
+    unsteady: tuple | None = None
 
 
 def history_columns() -> list[str]:
@@ -267,6 +272,9 @@ def changes_in(
             c = judged.comparison
             if judged.refused or c is None or c.verdict not in ("better", "worse") or c.below_min_effect:
                 continue
+            modes, states = arm_states(current, arm, metric, effect)
+            swing, swung = arm_swing(current, arm, metric, effect) if states is None else (None, None)
+            unsteady = ("states", modes, states) if states else ("swing", swing, swung) if swung else None
             changes.append(
                 Change(
                     arm,
@@ -283,6 +291,7 @@ def changes_in(
                     tuple(history),
                     tuple(current["run_id"]),
                     tuple(past["run_id"]),
+                    unsteady,
                 )
             )
     return changes, order

@@ -195,17 +195,11 @@ class ThreadSchedReader:
     def read(self, pids, switches: bool = False) -> dict[tuple[int, int], ThreadSched]:
         """As :func:`read_threads_sched`; threads of processes not in ``pids`` are let go."""
         out, listed = {}, set()
-        for pid in pids:
-            try:
-                tids = os.listdir(f"/proc/{pid}/task")
-            except OSError:
-                continue
-            for tid in tids:
-                key = (pid, int(tid))
-                listed.add(key)
-                sched = self._read(key, switches)
-                if sched is not None:
-                    out[key] = sched
+        for key in thread_keys(pids):
+            listed.add(key)
+            sched = self._read(key, switches)
+            if sched is not None:
+                out[key] = sched
         for key in self._fds.keys() - listed:
             self._forget(key)
         return out
@@ -275,16 +269,22 @@ def read_threads_sched(pids, switches: bool = False) -> dict[tuple[int, int], Th
     (``switches``: with their switches and migrations); processes and
     threads gone meanwhile are left out."""
     out = {}
+    for key in thread_keys(pids):
+        sched = read_thread_sched(*key, switches)
+        if sched is not None:
+            out[key] = sched
+    return out
+
+
+def thread_keys(pids) -> Iterator[tuple[int, int]]:
+    """(pid, tid) of every thread of ``pids`` still listed; processes gone are skipped."""
     for pid in pids:
         try:
             tids = os.listdir(f"/proc/{pid}/task")
         except OSError:
             continue
         for tid in tids:
-            sched = read_thread_sched(pid, tid, switches)
-            if sched is not None:
-                out[(pid, int(tid))] = sched
-    return out
+            yield pid, int(tid)
 
 
 _STATUS_FIELDS = re.compile(rb"^(Name|State|RssAnon|Cpus_allowed_list|Mems_allowed_list):\s*(.*)$", re.M)

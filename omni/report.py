@@ -469,6 +469,21 @@ def changes_markdown(
             f"| {c.sweep_id} | {c.arm} | {c.metric} | {c.kind} | x{c.ratio:.3f} {ratio_interval(c.ci_low, c.ci_high)} "
             f"| {c.drift:.2%} ({c.drift_source}) | {', '.join(c.run_ids)} | {', '.join(c.history_run_ids)} |"
         )
+    unsteady = [c for c in changes if c.unsteady]
+    if unsteady:
+        lines += [
+            "",
+            "Changes whose own sweep's runs were not steady (one disturbed run can make a change; docs/noise.md):",
+            "",
+        ]
+        for c in unsteady:
+            kind, found, explained = c.unsteady
+            text = (
+                modes_text(found, explained, c.metric)
+                if kind == "states"
+                else swing_of_text(found, explained, c.metric)
+            )
+            lines.append(f"- `{c.arm}` {c.metric} in {c.sweep_id}: {text}")
     lines += [
         "",
         "Rule: each sweep's runs against the runs of the sweeps before it (Welch t on log run values, "

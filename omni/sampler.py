@@ -30,8 +30,9 @@ At the two marks it also reads each thread's switches and migrations
 CPUs' steal, irq, frequency and the RAPL packages' energy: the window's
 telemetry (:func:`summarize_telemetry`). Each run's whole sampler cost is
 in its row (:meth:`TreeSampler.cost`). Measured over the timed part of a
-20 s run (benchmarks/sampler_overhead.py): about 0.47-0.50 % of one core for
-a 3-process tree, of which the 20 Hz loop is about 0.3 %.
+20 s run (benchmarks/sampler_overhead.py, docs/measurements.md): about
+0.44 % of one core for a 3-process tree and 0.48 % with 64 threads more, of
+which the 20 Hz loop's wake-ups alone are about 0.2 % on a VM.
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ from omni.procfs import (
 from omni.topology import format_cpulist, parse_cpulist
 
 NUMA_PHASES = ("steady",)  # phase marks that trigger a numa_maps read (plus the first mark)
+PSS_PHASES = ("loaded", "steady")  # phase marks that trigger a Pss read: after-load and steady
 # Interference is sampled from the first of these marks to the last: the timed part.
 INTERFERENCE_FROM, INTERFERENCE_TO = "loaded", "steady"
 # About once a second: a neighbour's duty cycle is tens to hundreds of ms, so a
@@ -175,9 +177,10 @@ class TreeSampler:
     status) at most every ``tree_period_s``, Pss_Anon (a 128 MiB process
     costs about 1.5 ms a read, a multi-GB vLLM worker tens of ms) and
     numa_maps (policy and pages per node, about the cost of Pss). The tree
-    refresh and Pss also happen right after each phase mark, so after-load
-    and steady always see the whole tree; numa_maps right after the first
-    mark and ``steady`` only (see :meth:`mark`).
+    refresh also happens right after each phase mark and Pss right after
+    ``loaded`` and ``steady``, so after-load and steady always see the whole
+    tree; numa_maps right after the first mark and ``steady`` only (see
+    :meth:`mark`).
     """
 
     root_pid: int
@@ -261,7 +264,10 @@ class TreeSampler:
         if phase == "steady" and self.steady_pids is None:
             self.steady_pids = set(self._pids)
         self._phase = phase
-        self._tree_due = self._pss_due = self._numa_live = True
+        self._tree_due = self._numa_live = True
+        # Pss (a page-table walk: 15 ms a read of a tiny-model vLLM tree) right
+        # after the marks whose values a row reports (after-load, steady) only
+        self._pss_due = self._pss_due or phase in PSS_PHASES
         # numa_maps at the first mark and in steady state only: after "loaded"
         # comes the engine's warm-up and timed work, which a 60 ms read of a
         # vLLM tree on a shared core would disturb; paced reads go on between

@@ -24,8 +24,10 @@ def store_sweep(
     day: int = 0,
     memory: float = 100.0,
     extra: dict | None = None,
+    columns: dict | None = None,
 ) -> list[str]:
-    """Rows as a sweep would store them: decode_tok_s values per arm, fixed memory."""
+    """Rows as a sweep would store them: decode_tok_s values per arm, fixed
+    memory, and ``columns`` on every row."""
     run_ids = []
     order = 0
     for arm, values in arms.items():
@@ -50,6 +52,7 @@ def store_sweep(
                     "mmap": False,
                     "started_at": DAY0 + timedelta(days=day, seconds=order),
                     "finished_at": DAY0 + timedelta(days=day, seconds=order + 1),
+                    **(columns or {}),
                 },
             )
             run_ids.append(run_id)

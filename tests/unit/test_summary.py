@@ -460,6 +460,31 @@ def test_a_comparison_of_two_sweeps_says_which_sweep_ran_an_arm_in_two_states_or
     assert "slow 1 run(s) near 640, fast 2 near 1,000 tok/s" in text
 
 
+def test_a_nightly_change_made_by_one_disturbed_run_says_so(tmp_path):
+    """A night whose three runs each held their iterations within 0.5 % but
+    one ran 14 % slower than the others: the regression is flagged as
+    every regression is, and named as a night whose runs were not steady;
+    a night that moved as a whole is not."""
+    from omni.compare import nightly_changes
+    from omni.report import changes_markdown
+
+    iterated = {"decode_tok_s_iter_sd_log": 0.005, "iterations": 5}
+    for night, center in enumerate([100, 101, 99, 100.5, 99.5]):
+        store_sweep(tmp_path, f"n{night}", {"a": [center - 0.5, center, center + 0.5]}, name="nightly", day=night,
+                    columns=iterated)  # fmt: skip
+    store_sweep(tmp_path, "n5", {"a": [79.5, 80, 80.5]}, name="nightly", day=5, columns=iterated)
+    store_sweep(tmp_path, "n6", {"a": [80, 80.5, 69]}, name="nightly", day=6, columns=iterated)
+    changes, order = nightly_changes(tmp_path, "nightly", window=5)
+    flagged = {c.sweep_id: c for c in changes if c.metric == "decode_tok_s"}
+    assert set(flagged) == {"n5", "n6"} and flagged["n5"].unsteady is None
+    kind, swing, explained = flagged["n6"].unsteady
+    assert kind == "swing" and [c.count for c in swing.clusters] == [1, 2]
+    text = changes_markdown("nightly", changes, order)
+    assert "Changes whose own sweep's runs were not steady" in text
+    assert "- `a` decode_tok_s in n6: runs differ beyond their iterations (" in text
+    assert "slow 1 run(s) near 69, fast 2 near 80" in text
+
+
 def test_a_host_setting_that_changed_during_the_sweep_is_a_warning(tmp_path):
     """The governor went from powersave to performance after two runs: every
     later run is on another host, as far as the numbers go."""
