@@ -458,9 +458,16 @@ def across_hosts(key: tuple[str, str], per_host: dict[str, SweepSummary]) -> Jud
         seen[host] = (verdict, f"{host} {verdict}{ratio}")
     verdicts = {v for v, _ in seen.values()}
     text = "; ".join(t for _, t in seen.values())
+    # which side ran in two states on which host (each host's section lists them)
+    bimodal = tuple(
+        f"{side} on {host}"
+        for host, summary in per_host.items()
+        if summary.judged.get(key)
+        for side in summary.judged[key].bimodal
+    )
     if len(verdicts) == 1 and verdicts <= {"better", "worse", "equivalent"}:
-        return Judged(None, f"{verdicts.pop()} on every host ({text})")
-    return Judged(None, f"differs by host ({text})")
+        return Judged(None, f"{verdicts.pop()} on every host ({text})", bimodal=bimodal)
+    return Judged(None, f"differs by host ({text})", bimodal=bimodal)
 
 
 def summarize_rows(

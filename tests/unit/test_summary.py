@@ -485,6 +485,21 @@ def test_a_nightly_change_made_by_one_disturbed_run_says_so(tmp_path):
     assert "slow 1 run(s) near 69, fast 2 near 80" in text
 
 
+def test_a_verdict_across_hosts_says_on_which_host_a_side_ran_in_two_states():
+    from types import SimpleNamespace
+
+    from omni.stats import Comparison
+    from omni.summary import Judged, across_hosts
+
+    def host(bimodal):
+        worse = Comparison(6, 6, 0.8, 0.7, 0.9, 0.05, 0.1, 0.0, "worse")
+        return SimpleNamespace(judged={("new", "decode_tok_s"): Judged(worse, bimodal=bimodal)}, untrusted={})
+
+    judged = across_hosts(("new", "decode_tok_s"), {"h1": host(()), "h2": host(("arm", "baseline"))})
+    assert judged.refused.startswith("worse on every host (h1 worse x0.800; h2 worse x0.800)")
+    assert judged.bimodal == ("arm on h2", "baseline on h2")
+
+
 def test_a_host_setting_that_changed_during_the_sweep_is_a_warning(tmp_path):
     """The governor went from powersave to performance after two runs: every
     later run is on another host, as far as the numbers go."""
