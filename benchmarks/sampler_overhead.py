@@ -151,13 +151,12 @@ def main() -> None:
     print(f"sampler cost, memory only: {pct([c - off for c in cpu['memory']])} of one core")
     print(f"sampler cost, with telemetry: {pct([c - off for c in cpu['full']])} of one core (target <= 0.5 %)")
     full = sorted(samplers, key=lambda s: s.cost()[0])[len(samplers) // 2]  # the median rep
-    span = full._stopped_at - full._started_at
+    cpu_s, share = full.cost()
+    span = cpu_s / share
     parts = {
         "interference and telemetry samples": full.interference_cpu_s,
         "numa_maps reads": full.numa_cpu_s,
-        "everything else (20 Hz RssAnon, tree, Pss, wake-ups)": full.cost()[0]
-        - full.interference_cpu_s
-        - full.numa_cpu_s,
+        "everything else (20 Hz RssAnon, tree, Pss, wake-ups)": cpu_s - full.interference_cpu_s - full.numa_cpu_s,
     }
     print("where one full rep's sampler time went, % of one core:")
     for name, cpu_s in parts.items():

@@ -211,23 +211,28 @@ class ThreadSchedReader:
             fds = self._fds.get(key)
             if fds is not None:
                 try:
-                    schedstat = os.pread(fds[0], 256, 0)
-                    last = self._last.get(key)
-                    if last is not None and not switches:
-                        exec_ns, delay_ns = schedstat.split()[:2]
-                        if int(exec_ns) == last.exec_ns:  # it did not run: its last CPU is the same
-                            return replace(last, run_delay_ns=int(delay_ns), nvcsw=0, nivcsw=0, migrations=None)
-                    return self._keep_last(key, parse_thread_sched(schedstat, os.pread(fds[1], 1024, 0), more))
+                    return self._reread(key, fds, more, switches)
                 except OSError:  # that thread ended: one listed with its tid now is another
                     self._forget(key)
             fds = self._open(base)
             if fds is None:  # past KEPT_FDS_MAX
                 return parse_thread_sched(_read(f"{base}/schedstat"), _read(f"{base}/stat"), more)
             self._fds[key] = fds
-            return self._keep_last(key, parse_thread_sched(os.pread(fds[0], 256, 0), os.pread(fds[1], 1024, 0), more))
+            return self._reread(key, fds, more, switches)
         except (OSError, ValueError, IndexError):
             self._forget(key)
             return None
+
+    def _reread(self, key: tuple[int, int], fds: tuple[int, int], more: bytes, switches: bool) -> ThreadSched:
+        """One thread's counters through its kept descriptors; its ``stat`` only if it ran since the last read."""
+        schedstat = os.pread(fds[0], 256, 0)
+        last = self._last.get(key)
+        if last is not None and not switches:
+            exec_ns, delay_ns = schedstat.split()[:2]
+            if int(exec_ns) == last.exec_ns:  # it did not run: its last CPU is the same
+                return replace(last, run_delay_ns=int(delay_ns), nvcsw=0, nivcsw=0, migrations=None)
+        self._last[key] = parse_thread_sched(schedstat, os.pread(fds[1], 1024, 0), more)
+        return self._last[key]
 
     @staticmethod
     def _open(base: str) -> tuple[int, int] | None:
@@ -243,10 +248,6 @@ class ThreadSchedReader:
             _release(2)
             raise
         return opened[0], opened[1]
-
-    def _keep_last(self, key: tuple[int, int], sched: ThreadSched) -> ThreadSched:
-        self._last[key] = sched
-        return sched
 
     def _forget(self, key: tuple[int, int]) -> None:
         self._last.pop(key, None)

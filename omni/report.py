@@ -65,7 +65,11 @@ def bimodal_note(summary: SweepSummary, arm: str, metric: str) -> str:
     if arm == summary.baseline:
         return " (bimodal: see states)" if (arm, metric) in summary.states else ""
     judged = summary.judged.get((arm, metric))
-    sides = judged.bimodal if judged else ()
+    return bimodal_sides(judged.bimodal if judged else ())
+
+
+def bimodal_sides(sides) -> str:
+    """`` (bimodal arm and baseline: see states)`` for the sides of a verdict in two states; empty for none."""
     return f" (bimodal {' and '.join(sides)}: see states)" if sides else ""
 
 
@@ -411,7 +415,7 @@ def comparison_markdown(result: SweepComparison) -> str:
                 c = judged.comparison
                 n_before, n_after = (c.n_base, c.n_other) if c else ("-", "-")
                 label = f"{arm} (VOID)" if arm in result.void else arm
-                note = f" (bimodal {' and '.join(judged.bimodal)}: see states)" if judged.bimodal else ""
+                note = bimodal_sides(judged.bimodal)
                 lines.append(f"| {label} | {metric} | {n_before} | {n_after} | {verdict_text(judged)}{note} |")
     drifts = sorted(
         {
