@@ -501,6 +501,20 @@ def changes_markdown(
 # --- JSON ---
 
 
+def finite(value):
+    """``value`` with every NaN or infinite float as None: JSON has neither
+    (Python would write ``NaN`` / ``Infinity``, which strict parsers refuse).
+    A ``ci_high`` of null is an interval with no upper bound, a NaN a value
+    not measured."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(v) for v in value]
+    return value
+
+
 def as_json(summary: SweepSummary) -> dict:
     """A JSON-ready form of a summary (results/summaries/<sweep>.json)."""
     return {
@@ -580,6 +594,6 @@ def write_outputs(results: str | Path | ResultsPath, summary: SweepSummary, page
         "html": folder / f"{summary.sweep_id}.html",
     }
     paths["md"].write_text(summary_markdown(summary))
-    paths["json"].write_text(json.dumps(as_json(summary), indent=1, default=str) + "\n")
+    paths["json"].write_text(json.dumps(finite(as_json(summary)), indent=1, default=str, allow_nan=False) + "\n")
     paths["html"].write_text(page)
     return paths

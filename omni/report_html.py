@@ -32,6 +32,7 @@ from omni.report import (
 )
 from omni.stats import MIN_INTERVAL_RUNS
 from omni.summary import SweepSummary
+from omni.units import RATIO_SHOWN
 
 WIDTH_IN = 8.5  # inches at 96 dpi: about 820 px, the page's column
 # ratios a person reads at a glance, symmetric on a log axis (x0.8 and x1.25)
@@ -120,7 +121,7 @@ def forest_svg(summary: SweepSummary, metrics=None) -> str:
     rows = [
         ((arm, metric), j.comparison)
         for (arm, metric), j in summary.judged.items()
-        if j.comparison and j.comparison.ci_low and metric in shown
+        if j.comparison and j.comparison.ci_low is not None and metric in shown
     ]
     if not rows:
         return ""
@@ -131,8 +132,14 @@ def forest_svg(summary: SweepSummary, metrics=None) -> str:
     for y, ((arm, metric), c) in enumerate(rows):
         ax.fill_betweenx([y - 0.4, y + 0.4], 1 / (1 + c.min_effect), 1 + c.min_effect, color="#d0d7de", alpha=0.6, lw=0)
         color = VERDICT_COLORS[c.verdict]
-        # one group per row in the SVG, <g id="forest-ARM-METRIC">: linkable, and checkable
-        ax.plot([c.ci_low, c.ci_high], [y, y], color=color, lw=2, gid=f"forest-{arm}-{metric}")
+        # one group per row in the SVG, <g id="forest-ARM-METRIC">: linkable, and checkable.
+        # Drawn within the ratios the tables show: a bound beyond them (2 runs a
+        # side can reach 1e-300 or inf) ends in an arrow, not a scale of 600 decades
+        low, high = max(c.ci_low, RATIO_SHOWN[0]), min(c.ci_high, RATIO_SHOWN[1])
+        ax.plot([low, high], [y, y], color=color, lw=2, gid=f"forest-{arm}-{metric}")
+        for bound, end, arrow in ((c.ci_low, low, "<"), (c.ci_high, high, ">")):
+            if bound != end:
+                ax.plot([end], [y], arrow, color=color, ms=6, gid=f"forest-{arm}-{metric}-beyond")
         ax.plot([c.ratio], [y], "s", color=color, ms=5, gid=f"forest-{arm}-{metric}-ratio")
     ax.axvline(1.0, color="#24292f", lw=0.8, ls="--")
     ax.set_xscale("log")

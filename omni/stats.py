@@ -299,6 +299,16 @@ def _positive(values: Sequence[float | None], blocks: Sequence | None) -> tuple[
     return np.array([v for v, _ in kept], dtype=float), [k for _, k in kept]
 
 
+def _exp(x: float) -> float:
+    """e^x, inf past the float range: at 2 runs a side and a Bonferroni
+    level, t has one degree of freedom and a log interval can be hundreds of
+    units wide (a ratio interval of [0, inf] says what that is)."""
+    try:
+        return math.exp(x)
+    except OverflowError:
+        return math.inf
+
+
 def compare(
     base: Sequence[float | None],
     other: Sequence[float | None],
@@ -340,7 +350,7 @@ def compare(
     fitted = blocked_log_interval(b, o, (b_blocks, o_blocks), confidence, drift, within) if blocks else None
     diff, half, noise, _ = fitted or welch_log_interval(b, o, confidence, drift, within)
     noise = max(noise, math.sqrt(max(within)))
-    ratio, low, high = math.exp(diff), math.exp(diff - half), math.exp(diff + half)
+    ratio, low, high = _exp(diff), _exp(diff - half), _exp(diff + half)
     margin = math.log1p(min_effect)
     inside = -margin <= diff - half and diff + half <= margin
     common = {"confidence": confidence, "blocked": fitted is not None}

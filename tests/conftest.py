@@ -95,7 +95,11 @@ def hog():
     """Start busy loops pinned to one CPU each, as another user's job would be.
 
     The loop double-forks so it is not our descendant: omni rightly ignores
-    load from its own process tree, and a real neighbour is not in it.
+    load from its own process tree, and a real neighbour is not in it. It
+    starts a session of its own, as another user's job has: with the
+    kernel's autogroup scheduling each session is one group sharing the CPU
+    fairly with the others, so two loops in our session would take no more
+    CPU from an engine than one.
     """
     tag = f"hog-{uuid.uuid4().hex[:8]}"
 
@@ -117,6 +121,7 @@ def hog():
         script = (
             "import os\n"
             "if os.fork(): os._exit(0)\n"
+            "os.setsid()\n"
             f"os.sched_setaffinity(0, [{cpu}])\n"
             "print(os.getpid(), flush=True)\n"
             "os.close(1); os.close(2)\n" + loop

@@ -20,6 +20,7 @@ from omni.stats import (
     welch_log_interval,
     within_run_variance,
 )
+from omni.units import ratio_interval
 
 
 def test_summary_of_fixed_data():
@@ -90,6 +91,14 @@ def test_constant_samples_and_drift():
     drifted = compare([10, 10, 10], [10, 10, 10], better="higher", min_effect=0.05, drift=0.01)
     assert drifted.ci_high == pytest.approx(math.exp(1.959964 * math.sqrt(2) * 0.01), rel=1e-5)
     assert drifted.verdict == "equivalent"
+
+
+def test_two_wild_runs_a_side_at_a_bonferroni_level_give_an_unbounded_interval_not_an_error():
+    # 2 runs a side: about 1 degree of freedom, t(0.9995) near 600, a log half-width past e^709
+    c = compare([1.0, 2.0], [1.0, 50.0], better="higher", min_effect=0.05, confidence=0.999)
+    assert c.verdict == "inconclusive"
+    assert c.ci_high == math.inf and 0 <= c.ci_low < 1e-300
+    assert ratio_interval(c.ci_low, c.ci_high) == "[<0.001, >1000]"
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,8 @@ import yaml
 from omni.calibration import calibrate_from
 from omni.compare import compare_sweeps
 from omni.errors import OmniError
-from omni.report import as_json, summary_markdown
+from omni.report import as_json, summary_markdown, write_outputs
+from omni.report_html import html_report
 from omni.retract import retract
 from omni.runner import validity_rules
 from omni.spec import Arm
@@ -530,3 +531,46 @@ def test_a_host_setting_that_changed_during_the_sweep_is_a_warning(tmp_path):
     assert [w for w in warnings if w.startswith("host conditions")] == [
         "host conditions: governor changed during the sweep: 'powersave' in 2 rows, 'performance' in 2 rows"
     ]
+
+
+def test_two_wild_runs_a_side_summarize_to_an_unbounded_interval_and_strict_json(tmp_path):
+    """2 runs a side, load times alike in one arm and 25x apart in the other (a
+    first start and a resumed one): at a secondary metric's Bonferroni level
+    Welch's t has one degree of freedom, t near 700, and the log interval
+    passes the float range. The
+    summary still forms, its Markdown reads ``>1000`` and its JSON (which has
+    no Infinity) ``null``."""
+    secondary = {"e2e_s": 2.0, "wall_s": 3.0, "ttft_ms": 30.0, "tpot_ms": 10.0, "itl_p50_ms": 9.0}
+    secondary |= {"itl_p90_ms": 12.0, "itl_p99_ms": 20.0, "rss_anon_tree_mb": 500.0, "rss_anon_steady_mb": 490.0}
+    secondary |= {"pss_anon_tree_mb": 480.0, "pss_anon_steady_mb": 470.0, "prefill_tok_s": 900.0}
+    for order, (arm, p, load_s) in enumerate((("a", 0, 0.05), ("a", 1, 0.051), ("b", 0, 0.04), ("b", 1, 1.0))):
+        write_run(
+            tmp_path,
+            {
+                "run_id": f"{arm}{p}",
+                "sweep_id": "wild",
+                "sweep_name": "s",
+                "status": "ok",
+                "arm": arm,
+                "pass_index": p,
+                "order_index": order,
+                "host": "fixture-host",
+                "engine": "synthetic",
+                "arm_json": json.dumps({"name": arm, "engine": "synthetic"}),
+                "decode_tok_s": 100.0 + order,
+                "load_s": load_s,
+                **{m: v * (1 + 0.01 * order) for m, v in secondary.items()},
+                "started_at": T0,
+                "finished_at": T0,
+            },
+        )
+    summary = summarize_sweep(tmp_path, "wild")
+    c = summary.judged[("b", "load_s")].comparison
+    assert c.verdict == "inconclusive" and c.ci_high == math.inf, c
+    assert ">1000]" in summary_markdown(summary)
+    page = html_report(summary)
+    assert 'id="forest-b-load_s-beyond"' in page  # the interval drawn to the shown range, arrows beyond
+    paths = write_outputs(tmp_path, summary, page)
+    record = json.loads(Path(paths["json"]).read_text(), parse_constant=lambda name: pytest.fail(name))
+    (judged,) = [j for j in record["against_baseline"] if j["arm"] == "b" and j["metric"] == "load_s"]
+    assert judged["ci_high"] is None and judged["ratio"] == pytest.approx(c.ratio)
