@@ -159,8 +159,8 @@ def main() -> None:
         "everything else (20 Hz RssAnon, tree, Pss, wake-ups)": cpu_s - full.interference_cpu_s - full.numa_cpu_s,
     }
     print("where one full rep's sampler time went, % of one core:")
-    for name, cpu_s in parts.items():
-        print(f"  {name}: {100 * cpu_s / span:.3f} % ({1000 * cpu_s:.1f} ms of {span:.1f} s)")
+    for name, spent in parts.items():
+        print(f"  {name}: {100 * spent / span:.3f} % ({1000 * spent:.1f} ms of {span:.1f} s)")
     print(f"floor, a thread waking at 20 Hz reading nothing: {pct(floors)} of one core")
     opened, kept = thread_reads(max(args.threads, 64))
     print(

@@ -432,18 +432,16 @@ def comparison_markdown(result: SweepComparison) -> str:
     if result.adjustment is not None:
         lines += ["", f"Multiplicity: {result.adjustment.describe()}."]
     sweeps = {"before": result.before, "after": result.after}
-    if result.states:
-        lines += ["", STATES_TITLE, ""]
-        lines += [
-            f"- `{arm}` {metric} ({side}, {sweeps[side]}): {modes_text(*found, metric)}"
-            for (side, arm, metric), found in result.states.items()
-        ]
-    if result.swings:
-        lines += ["", SWINGS_TITLE, ""]
-        lines += [
-            f"- `{arm}` {metric} ({side}, {sweeps[side]}): {swing_of_text(*found, metric)}"
-            for (side, arm, metric), found in result.swings.items()
-        ]
+    for title, listed, text in (
+        (STATES_TITLE, result.states, modes_text),
+        (SWINGS_TITLE, result.swings, swing_of_text),
+    ):
+        if listed:
+            lines += ["", title, ""]
+            lines += [
+                f"- `{arm}` {metric} ({side}, {sweeps[side]}): {text(*found, metric)}"
+                for (side, arm, metric), found in listed.items()
+            ]
     extra = sorted({w for j in result.judged.values() for w in j.warnings})
     if extra:
         lines += ["", "Warnings:"] + [f"- {w}" for w in collapse_warnings(extra)]
@@ -482,11 +480,7 @@ def changes_markdown(
         ]
         for c in unsteady:
             kind, found, explained = c.unsteady
-            text = (
-                modes_text(found, explained, c.metric)
-                if kind == "states"
-                else swing_of_text(found, explained, c.metric)
-            )
+            text = {"states": modes_text, "swing": swing_of_text}[kind](found, explained, c.metric)
             lines.append(f"- `{c.arm}` {c.metric} in {c.sweep_id}: {text}")
     lines += [
         "",
@@ -516,8 +510,9 @@ def finite(value):
 
 
 def as_json(summary: SweepSummary) -> dict:
-    """A JSON-ready form of a summary (results/summaries/<sweep>.json)."""
-    return {
+    """A JSON-ready form of a summary (results/summaries/<sweep>.json, and
+    embedded in the HTML report): strict JSON, no NaN or Infinity (:func:`finite`)."""
+    record = {
         "sweep_id": summary.sweep_id,
         "sweep_name": summary.sweep_name,
         "baseline": summary.baseline,
@@ -559,25 +554,22 @@ def as_json(summary: SweepSummary) -> dict:
             for arm, m in summary.swings
         ],
     }
+    return finite(record)
 
 
 def states_json(summary: SweepSummary, arm: str, metric: str) -> dict:
-    """One bimodal arm and metric: its states, the test and what separates them (inf as null)."""
+    """One bimodal arm and metric: its states, the test and what separates them."""
     modes, explained = summary.modes[(arm, metric)], summary.states[(arm, metric)]
-
-    def finite(value):
-        return value if value is None or math.isfinite(value) else None
-
     return {
         "arm": arm,
         "metric": metric,
         "clusters": [asdict(c) for c in modes.clusters],
-        "statistic": finite(modes.statistic),
+        "statistic": modes.statistic,
         "critical": modes.critical,
         "swing": modes.swing,
         "explanation": explained.text,
         "separators": [
-            {"column": s.column, "key": s.key, "text": s.text, "ratio": finite(s.ratio), "chance": s.chance}
+            {"column": s.column, "key": s.key, "text": s.text, "ratio": s.ratio, "chance": s.chance}
             for s in explained.separators
         ],
     }
@@ -594,6 +586,6 @@ def write_outputs(results: str | Path | ResultsPath, summary: SweepSummary, page
         "html": folder / f"{summary.sweep_id}.html",
     }
     paths["md"].write_text(summary_markdown(summary))
-    paths["json"].write_text(json.dumps(finite(as_json(summary)), indent=1, default=str, allow_nan=False) + "\n")
+    paths["json"].write_text(json.dumps(as_json(summary), indent=1, default=str, allow_nan=False) + "\n")
     paths["html"].write_text(page)
     return paths

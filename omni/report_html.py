@@ -404,7 +404,7 @@ def html_report(summary: SweepSummary, history: dict | None = None) -> str:
         '<section id="provenance"><h2>Provenance</h2>',
         provenance_table(summary),
         "</section>",
-        f'<script type="application/json" id="summary">{html.escape(json.dumps(as_json(summary), default=str))}</script>',
+        f'<script type="application/json" id="summary">{html.escape(json.dumps(as_json(summary), default=str, allow_nan=False))}</script>',
     ]
     style = (
         "body{font-family:system-ui,sans-serif;margin:24px;color:#24292f;background:#fff;max-width:900px}"

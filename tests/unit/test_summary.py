@@ -3,6 +3,7 @@ regressions and provenance."""
 
 from __future__ import annotations
 
+import html
 import json
 import math
 from datetime import UTC, datetime, timedelta
@@ -570,6 +571,8 @@ def test_two_wild_runs_a_side_summarize_to_an_unbounded_interval_and_strict_json
     assert ">1000]" in summary_markdown(summary)
     page = html_report(summary)
     assert 'id="forest-b-load_s-beyond"' in page  # the interval drawn to the shown range, arrows beyond
+    embedded = html.unescape(page.split('<script type="application/json" id="summary">')[1].split("</script>")[0])
+    assert json.loads(embedded, parse_constant=lambda name: pytest.fail(name))["sweep_id"] == "wild"
     paths = write_outputs(tmp_path, summary, page)
     record = json.loads(Path(paths["json"]).read_text(), parse_constant=lambda name: pytest.fail(name))
     (judged,) = [j for j in record["against_baseline"] if j["arm"] == "b" and j["metric"] == "load_s"]
