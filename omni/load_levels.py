@@ -354,12 +354,19 @@ def _crossing(ok: Mapping, failed: Mapping, slo: Mapping) -> float:
 
 def metrics_summary(samples: list[tuple[float, dict[str, float]]]) -> dict[str, dict[str, float]]:
     """A level's server metrics scraped from ``/metrics`` (time, name -> value):
-    per metric its mean, max and last-first change (a counter's increase)."""
+    per metric its mean, max, last-first change (a counter's increase) and
+    ``n``, the scrapes it was in. A gauge is sampled: its max is the highest
+    seen at a scrape, not the highest reached between them."""
     names = sorted({n for _, values in samples for n in values})
     out = {}
     for name in names:
         seen = [values[name] for _, values in samples if name in values]
-        out[name] = {"mean": float(np.mean(seen)), "max": float(max(seen)), "change": float(seen[-1] - seen[0])}
+        out[name] = {
+            "mean": float(np.mean(seen)),
+            "max": float(max(seen)),
+            "change": float(seen[-1] - seen[0]),
+            "n": len(seen),
+        }
     return out
 
 

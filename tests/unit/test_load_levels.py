@@ -218,7 +218,7 @@ def test_server_metrics_keep_the_serving_gauges_and_summarize_a_level():
     }
     later = {**first, "vllm:num_requests_running": 1.0, "vllm:num_preemptions_total": 5.0}
     summary = metrics_summary([(0.0, first), (1.0, later)])
-    assert summary["vllm:num_requests_running"] == {"mean": 2.0, "max": 3.0, "change": -2.0}
+    assert summary["vllm:num_requests_running"] == {"mean": 2.0, "max": 3.0, "change": -2.0, "n": 2}
     assert summary["vllm:num_preemptions_total"]["change"] == 3.0
     assert not math.isnan(summary["vllm:kv_cache_usage_perc"]["mean"])
 
