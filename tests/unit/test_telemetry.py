@@ -56,6 +56,16 @@ def test_this_threads_counters_read_live():
     assert counters and all(busy_idle(c)[0] >= c["steal"] for c in counters.values())
 
 
+def gone(pid: int, tid: int) -> None:
+    """Wait until the kernel has removed a joined thread: ``join`` returns
+    when Python is done with it, while the OS thread may still be exiting and
+    listed in ``/proc/PID/task`` for a moment on a loaded host."""
+    deadline = time.monotonic() + 60
+    while os.path.exists(f"/proc/{pid}/task/{tid}") and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not os.path.exists(f"/proc/{pid}/task/{tid}"), f"thread {tid} still listed 60 s after join"
+
+
 def test_kept_thread_files_read_what_opened_ones_read_and_let_ended_threads_go():
     pid, stop = os.getpid(), threading.Event()
     worker = threading.Thread(target=stop.wait)
@@ -73,6 +83,7 @@ def test_kept_thread_files_read_what_opened_ones_read_and_let_ended_threads_go()
         assert again[(pid, worker.native_id)] == read_thread_sched(pid, worker.native_id)
         stop.set()
         worker.join()
+        gone(pid, worker.native_id)
         again = reader.read([pid])
         assert (pid, worker.native_id) not in again and len(reader) == len(again) == len(kept) - 1
         assert reader.read([]) == {} and len(reader) == 0  # a process let go: its threads too
