@@ -74,13 +74,23 @@ def test_a_20_percent_slower_arm_is_found_worse_and_the_sweep_stops(tmp_path):
         prepare_sweep(SweepRequest(spec=spec, results=tmp_path / "results", passes=4))
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(500)
 def test_an_aa_pair_stops_equivalent_or_at_its_budget(tmp_path):
-    spec = auto_spec(tmp_path, "auto-aa", (4, 4), max_passes=8, budget="40s")
-    sweep_id, looks, stop = run_auto(tmp_path, spec)
-    print("\n".join(looks))
-    decode = check_stop(tmp_path, sweep_id, looks, stop, 8)
-    assert stop["reason"] in ("conclusive", "max_passes", "budget")
+    """The rule may call an A/A pair different: at most its alpha, 1.5 % of
+    simulated sweeps (tests/unit/test_sequential.py). A sweep that does is
+    met by a second, independent one, which must not: the two together come
+    about once in 4,000, where one alone would fail this test once in 70."""
+    for attempt in ("first", "second"):
+        where = tmp_path / attempt
+        where.mkdir()
+        spec = auto_spec(where, "auto-aa", (4, 4), max_passes=8, budget="40s")
+        sweep_id, looks, stop = run_auto(where, spec)
+        print("\n".join(looks))
+        decode = check_stop(where, sweep_id, looks, stop, 8)
+        assert stop["reason"] in ("conclusive", "max_passes", "budget")
+        called_different = stop["reason"] == "conclusive" and decode.verdict in ("better", "worse")
+        if not (called_different and not decode.below_min_effect and attempt == "first"):
+            break
     if stop["reason"] == "conclusive":
         assert decode.verdict == "equivalent" or decode.below_min_effect, looks
     else:
