@@ -84,7 +84,10 @@ def engine_log(tmp_path, name: str) -> str:
 def test_warm_compiled_start_loads_its_aot_artifact_only_with_the_patch(tmp_path):
     """A compiled cold start writes the AOT artifact; a warm start without the
     patch fails to load it (finalize_loading on a plain function) and
-    recompiles; with the patch it loads it directly and compiles nothing."""
+    recompiles; with the patch it loads it directly and compiles nothing.
+    What that saves in time is a benchmark's figure, measured side by side
+    (benchmarks/vllm_patches.py): two single starts on a loaded host can land
+    either way round."""
     compiled = {**VLLM_ARM, "compile_mode": "compiled", "env": {"VLLM_CACHE_ROOT": str(tmp_path / "vllm-cache")}}
     rows = {}
     for name, patches in (("cold", "none"), ("stock", "none"), ("patched", ["aot_compile_cache_load"])):
@@ -96,7 +99,6 @@ def test_warm_compiled_start_loads_its_aot_artifact_only_with_the_patch(tmp_path
     assert "Directly load AOT compilation" in patched
     assert "Compiling model again" not in patched
     assert statuses(rows["patched"], "aot_compile_cache_load") == {"applied"}
-    assert rows["patched"]["load_s"] < rows["stock"]["load_s"]
     states = {name: load_runs(tmp_path / name / "results")["compile_cache"].item() for name in rows}
     assert states == {"cold": "compiled", "stock": "recompiled", "patched": "loaded"}, states  # stored, per run
 
