@@ -34,6 +34,7 @@ import statistics
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import NamedTuple
 
 from omni.envs import env_dir
 from omni.placement import numactl_path, pin_argv
@@ -65,7 +66,29 @@ def internal_rates(row: dict) -> tuple[float, float]:
     return perf["n_p_eval"] / perf["t_p_eval_ms"] * 1e3, perf["n_eval"] / perf["t_eval_ms"] * 1e3
 
 
-def run_omni(args: argparse.Namespace, work: Path, index: int) -> tuple[float, float, float, float]:
+class OmniSide(NamedTuple):
+    """One omni run: its median iteration's prefill and decode tok/s (what a
+    summary uses, set against llama-bench), llama.cpp's own rates over the
+    timed iterations, and omni's rates over those same iterations as one
+    window (to set against llama.cpp's own: one disturbed iteration moves
+    both alike, where it moves a total and not a median)."""
+
+    prefill: float
+    decode: float
+    internal_prefill: float
+    internal_decode: float
+    whole_prefill: float
+    whole_decode: float
+
+
+def whole_rate(rates) -> float:
+    """Tokens over seconds across the timed iterations, as llama_perf_context
+    totals them. Every iteration has the same prompt and generation lengths,
+    so that is the harmonic mean of the iterations' rates."""
+    return statistics.harmonic_mean(float(r) for r in rates)
+
+
+def run_omni(args: argparse.Namespace, work: Path, index: int) -> OmniSide:
     spec = {
         "name": f"llama-bench-peer-{index}",
         "passes": 1,
@@ -75,7 +98,10 @@ def run_omni(args: argparse.Namespace, work: Path, index: int) -> tuple[float, f
     }
     row, sweep_id = run_once(spec, work)
     its = load_iterations(work / "results", sweep_id)
-    return float(its["prefill_tok_s"].median()), float(its["decode_tok_s"].median()), *internal_rates(row)
+    prefill, decode = its["prefill_tok_s"], its["decode_tok_s"]
+    return OmniSide(
+        float(prefill.median()), float(decode.median()), *internal_rates(row), whole_rate(prefill), whole_rate(decode)
+    )
 
 
 def bench_argv(args: argparse.Namespace) -> list[str]:
@@ -144,10 +170,12 @@ def main() -> None:
             bench = bench or run_bench(args, slot)
             pairs.append(
                 {
-                    "omni_pp": mine[0],
-                    "omni_tg": mine[1],
-                    "internal_pp": mine[2],
-                    "internal_tg": mine[3],
+                    "omni_pp": mine.prefill,
+                    "omni_tg": mine.decode,
+                    "internal_pp": mine.internal_prefill,
+                    "internal_tg": mine.internal_decode,
+                    "whole_pp": mine.whole_prefill,
+                    "whole_tg": mine.whole_decode,
                     "bench_pp": bench[0],
                     "bench_tg": bench[1],
                 }
@@ -162,7 +190,7 @@ def main() -> None:
     result = {"cpus": format_cpulist(slot.cpus), "threads": args.threads, "prompt": args.prompt, "gen": args.gen}
     for kind, name in (("pp", "prefill"), ("tg", "decode")):
         ratios = [p[f"omni_{kind}"] / p[f"bench_{kind}"] for p in pairs]
-        own = [p[f"omni_{kind}"] / p[f"internal_{kind}"] for p in pairs]
+        own = [p[f"whole_{kind}"] / p[f"internal_{kind}"] for p in pairs]
         result[name] = {
             "omni_over_internal_median": statistics.median(own),
             "omni_over_internal_min": min(own),
@@ -180,7 +208,7 @@ def main() -> None:
             f"{name}: omni/llama-bench x{r['ratio_median']:.3f} [{r['ratio_min']:.3f}-{r['ratio_max']:.3f}] over "
             f"{len(pairs)} pairs; medians {r['omni_median']:.0f} vs {r['bench_median']:.0f} tok/s; between starts "
             f"omni {r['omni_between_starts']:.1%}, llama-bench {r['bench_between_starts']:.1%}; omni's clock over "
-            f"llama.cpp's own (same process and window) x{r['omni_over_internal_median']:.3f} "
+            f"llama.cpp's own (same process, same iterations as one window) x{r['omni_over_internal_median']:.3f} "
             f"[{r['omni_over_internal_min']:.3f}-{r['omni_over_internal_max']:.3f}]"
         )
     if args.json:
