@@ -168,29 +168,19 @@ def main() -> None:
             bench = None if first_omni else run_bench(args, slot)
             mine = run_omni(args, Path(tmp), i)
             bench = bench or run_bench(args, slot)
-            pairs.append(
-                {
-                    "omni_pp": mine.prefill,
-                    "omni_tg": mine.decode,
-                    "internal_pp": mine.internal_prefill,
-                    "internal_tg": mine.internal_decode,
-                    "whole_pp": mine.whole_prefill,
-                    "whole_tg": mine.whole_decode,
-                    "bench_pp": bench[0],
-                    "bench_tg": bench[1],
-                }
-            )
+            pairs.append({**mine._asdict(), "bench_prefill": bench[0], "bench_decode": bench[1]})
             p = pairs[-1]
             print(
-                f"pair {i} ({'omni' if first_omni else 'llama-bench'} first): prefill omni {p['omni_pp']:.0f} / "
-                f"pp{args.prompt} {p['bench_pp']:.0f} tok/s = x{p['omni_pp'] / p['bench_pp']:.3f}; decode omni "
-                f"{p['omni_tg']:.0f} / tg{args.gen} {p['bench_tg']:.0f} tok/s = x{p['omni_tg'] / p['bench_tg']:.3f}",
+                f"pair {i} ({'omni' if first_omni else 'llama-bench'} first): prefill omni {p['prefill']:.0f} / "
+                f"pp{args.prompt} {p['bench_prefill']:.0f} tok/s = x{p['prefill'] / p['bench_prefill']:.3f}; decode "
+                f"omni {p['decode']:.0f} / tg{args.gen} {p['bench_decode']:.0f} tok/s = "
+                f"x{p['decode'] / p['bench_decode']:.3f}",
                 flush=True,
             )
     result = {"cpus": format_cpulist(slot.cpus), "threads": args.threads, "prompt": args.prompt, "gen": args.gen}
-    for kind, name in (("pp", "prefill"), ("tg", "decode")):
-        ratios = [p[f"omni_{kind}"] / p[f"bench_{kind}"] for p in pairs]
-        own = [p[f"whole_{kind}"] / p[f"internal_{kind}"] for p in pairs]
+    for name in ("prefill", "decode"):
+        ratios = [p[name] / p[f"bench_{name}"] for p in pairs]
+        own = [p[f"whole_{name}"] / p[f"internal_{name}"] for p in pairs]
         result[name] = {
             "omni_over_internal_median": statistics.median(own),
             "omni_over_internal_min": min(own),
@@ -198,10 +188,10 @@ def main() -> None:
             "ratio_median": statistics.median(ratios),
             "ratio_min": min(ratios),
             "ratio_max": max(ratios),
-            "omni_median": statistics.median(p[f"omni_{kind}"] for p in pairs),
-            "bench_median": statistics.median(p[f"bench_{kind}"] for p in pairs),
-            "omni_between_starts": spread([p[f"omni_{kind}"] for p in pairs]),
-            "bench_between_starts": spread([p[f"bench_{kind}"] for p in pairs]),
+            "omni_median": statistics.median(p[name] for p in pairs),
+            "bench_median": statistics.median(p[f"bench_{name}"] for p in pairs),
+            "omni_between_starts": spread([p[name] for p in pairs]),
+            "bench_between_starts": spread([p[f"bench_{name}"] for p in pairs]),
         }
         r = result[name]
         print(
