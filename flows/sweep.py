@@ -78,10 +78,11 @@ def compact(results: str, sweep_id: str) -> None:
 
 
 def newest_regressions(results: str, sweep_name: str, sweep_id: str) -> list[Change]:
-    """This sweep's regressions against the earlier sweeps of its spec
-    (``omni regressions``' rule); none while the history is too short."""
+    """This sweep's regressions against the earlier sweeps of its spec on the
+    same hardware and engine env (``omni regressions``' rule); none while
+    that history is too short."""
     try:
-        changes, _ = nightly_changes(results, sweep_name)
+        changes = nightly_changes(results, sweep_name).changes
     except OmniError:  # no ok runs at all: the flow's state already says so
         return []
     return [c for c in changes if c.sweep_id == sweep_id and c.kind == "regression"]

@@ -39,6 +39,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "omni.heads",
             "omni.progress",
             "omni.provenance",
+            "omni.hardware",
             "omni.columns",
             "omni.side_tables",
             "omni.row_check",

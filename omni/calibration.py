@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import socket
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -131,6 +132,14 @@ def load_calibrations(results: Path, host: str | None) -> list[tuple[Path, dict]
     return records
 
 
+# The fewest sweeps a measured drift is used from: k sweeps estimate it from
+# k - 1 degrees of freedom, and from 2 (one) an A/A pair compared across
+# sweeps was called different 3.6-22 % of the time at a stated 1.3 %
+# (omni simulate). From 3 on, the interval carries the estimate's own
+# degrees of freedom (omni.stats.generalized_half_width).
+MIN_DRIFT_SWEEPS = 3
+
+
 @dataclass(frozen=True)
 class Applied:
     """What a calibration says about one workload, and where that came from."""
@@ -138,12 +147,29 @@ class Applied:
     noise: dict[str, float]
     drift: dict[str, float]
     source: str  # "calibration <file> (sweeps ...)" or "none"
+    sweeps: int = 0  # how many sweeps of the workload the drift was measured from
 
     def drift_for(self, metric: str) -> tuple[float, str]:
-        """The between-sweep drift for ``metric``: measured (at least MIN_DRIFT), else the default."""
-        if metric in self.drift:
-            return max(self.drift[metric], MIN_DRIFT[metric_kind(metric)]), f"measured, {self.source}"
-        return DEFAULT_DRIFT[metric_kind(metric)], "default (no calibration measured it)"
+        """The between-sweep drift for ``metric`` and where it came from (:meth:`drift_estimate`)."""
+        value, _, source = self.drift_estimate(metric)
+        return value, source
+
+    def drift_estimate(self, metric: str) -> tuple[float, float, str]:
+        """(drift, its degrees of freedom, where it came from) for ``metric``:
+        measured from :data:`MIN_DRIFT_SWEEPS` sweeps or more (at least
+        MIN_DRIFT, k - 1 degrees of freedom), else the default, taken as known."""
+        default = DEFAULT_DRIFT[metric_kind(metric)]
+        if metric not in self.drift:
+            return default, math.inf, "default (no calibration measured it)"
+        if self.sweeps < MIN_DRIFT_SWEEPS:
+            return (
+                default,
+                math.inf,
+                f"default: {self.source} measured it from {self.sweeps} sweeps, {self.sweeps - 1} degree(s) "
+                f"of freedom, too few to use; calibrate from {MIN_DRIFT_SWEEPS} or more (omni calibrate --sweeps 3)",
+            )
+        value = max(self.drift[metric], MIN_DRIFT[metric_kind(metric)])
+        return value, float(self.sweeps - 1), f"measured from {self.sweeps} sweeps, {self.source}"
 
 
 NONE = Applied({}, {}, "none")
@@ -158,6 +184,7 @@ def applied(records: list[tuple[Path, dict]], workload: str) -> Applied:
                 entry.get("noise", {}),
                 entry.get("drift", {}),
                 f"calibration {path.name} (sweeps {', '.join(record['sweeps'])})",
+                len(entry.get("sweeps", record["sweeps"])),
             )
     return NONE
 

@@ -18,6 +18,7 @@ from omni.fleet_commands import hosts, serve, worker
 from omni.host_commands import host_app
 from omni.objstore import results_root
 from omni.options import (
+    ACROSS_HARDWARE_OPT,
     METRIC_OPT,
     RESULTS_OPT,
     RETRACTED_OPT,
@@ -367,12 +368,15 @@ def compare(
     results: str = RESULTS_OPT,
     include_retracted: bool = RETRACTED_OPT,
     metric: list[str] | None = METRIC_OPT,
+    across_hardware: bool = ACROSS_HARDWARE_OPT,
 ) -> None:
-    """Each arm of AFTER against the same arm of BEFORE: ratio, interval, verdict."""
+    """Each arm of AFTER against the same arm of BEFORE: ratio, interval,
+    verdict; none for an arm whose runs differ in CPU model, cores per slot
+    or engine version between the sweeps (unless --across-hardware)."""
     from omni.compare import compare_sweeps
     from omni.report import comparison_markdown
 
-    show(comparison_markdown(compare_sweeps(results, before, after, include_retracted, metric)))
+    show(comparison_markdown(compare_sweeps(results, before, after, include_retracted, metric, across_hardware)))
 
 
 @app.command()
@@ -384,16 +388,18 @@ def regressions(
     window: int = typer.Option(10, min=2, max=10**6, help="earlier sweeps each one is compared with"),
     min_history: int = typer.Option(3, min=1, max=10**6, help="earlier sweeps needed before a sweep is judged"),
     include_retracted: bool = RETRACTED_OPT,
+    across_hardware: bool = ACROSS_HARDWARE_OPT,
 ) -> None:
     """Regressions and improvements of repeated sweeps of one spec: each
-    sweep's runs against the earlier sweeps' runs, with the verdict rule and
-    the between-sweep drift; exit 1 when the newest sweep regressed."""
+    sweep's runs against the earlier sweeps' runs on the same hardware and
+    engine env, with the verdict rule and the between-sweep drift; exit 1
+    when the newest sweep regressed."""
     from omni.compare import nightly_changes, void_in_history
     from omni.report import changes_markdown
 
-    changes, order = nightly_changes(results, sweep_name, window, min_history, include_retracted=include_retracted)
-    show(changes_markdown(sweep_name, changes, order, void_in_history(results, sweep_name, include_retracted)))
-    if any(c.kind == "regression" and c.sweep_id == order[-1] for c in changes):
+    nightly = nightly_changes(results, sweep_name, window, min_history, include_retracted, across_hardware)
+    show(changes_markdown(sweep_name, nightly, void_in_history(results, sweep_name, include_retracted)))
+    if any(c.kind == "regression" and c.sweep_id == nightly.order[-1] for c in nightly.changes):
         raise typer.Exit(EXIT_RUNS_FAILED)
 
 

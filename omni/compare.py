@@ -5,7 +5,9 @@ and the per-sweep medians the report's trend plots draw.
 Two sweeps are not interleaved with each other, so what moved between them
 is not cancelled: every interval here adds the between-sweep drift measured
 for the arm's workload (:mod:`omni.calibration`), else the default. Verdicts
-use the same rule as one sweep's (:func:`omni.summary.judge`).
+use the same rule as one sweep's (:func:`omni.summary.judge`). An arm's runs
+are judged only against runs of the same hardware and engine env
+(:mod:`omni.hardware`), unless asked otherwise (``across_hardware``).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import pandas as pd
 from omni.calibration import arm_calibrations
 from omni.columns import COLUMNS_BY_NAME, metric_columns
 from omni.errors import OmniError
+from omni.hardware import HARDWARE_COLUMNS, HardwareCheck, check_facts, check_hardware, hardware_facts
 from omni.retract import ok_rows, without_retracted
 from omni.spec.sweep import DEFAULT_PRIMARY_METRICS
 from omni.stats import Adjustment, adjust_for_multiplicity
@@ -59,13 +62,22 @@ class SweepComparison:
     states: dict[tuple[str, str, str], tuple] = field(default_factory=dict)
     # likewise (Swing, Explanation): its runs differ beyond their iterations' noise
     swings: dict[tuple[str, str, str], tuple] = field(default_factory=dict)
+    # arm -> what differs between the sweeps' runs of it (omni.hardware); a difference refuses its verdicts
+    hardware: dict[str, HardwareCheck] = field(default_factory=dict)
+    across_hardware: bool = False  # judged despite a difference of hardware (--across-hardware)
 
 
 def compare_sweeps(
-    results: Path, before: str, after: str, include_retracted: bool = False, metrics: list[str] | None = None
+    results: Path,
+    before: str,
+    after: str,
+    include_retracted: bool = False,
+    metrics: list[str] | None = None,
+    across_hardware: bool = False,
 ) -> SweepComparison:
     """Each arm of ``after`` against the same-named arm of ``before`` (on
-    ``metrics`` only, when given)."""
+    ``metrics`` only, when given); an arm whose runs differ in hardware or
+    engine env between the sweeps gets no verdict unless ``across_hardware``."""
     a_ok, a_all, a_ex, a_prof = ok_rows(results, before, include_retracted)
     b_ok, b_all, b_ex, b_prof = ok_rows(results, after, include_retracted)
     arms = [arm for arm in dict.fromkeys(b_all["arm"]) if arm in set(a_all["arm"])]
@@ -82,11 +94,25 @@ def compare_sweeps(
     # drift measured for the arm's workload (after's, else before's), else the default
     cal_after, cal_before = arm_calibrations(results, b_all, arms), arm_calibrations(results, a_all, arms)
     calibrations = {arm: cal_after[arm] if cal_after[arm].drift else cal_before[arm] for arm in arms}
-    drifts = {(arm, m): calibrations[arm].drift_for(m) for arm in arms for m in metrics}
+    drifts = {(arm, m): calibrations[arm].drift_estimate(m) for arm in arms for m in metrics}
+    # a new CPU or engine moves every number by itself: no verdict across it unless asked
+    hardware = {arm: check_hardware(a_ok[a_ok["arm"] == arm], b_ok[b_ok["arm"] == arm]) for arm in arms}
+    refused = {arm: check.refusal() for arm, check in hardware.items() if not (check.same or across_hardware)}
+    refused |= {arm: void_refusal(arm, why) for arm, why in void.items()}
     judged = {
-        (arm, m): Judged(None, void_refusal(arm, void[arm]))
-        if arm in void
-        else judge(a_ok, b_ok, arm, arm, m, effects[m][0], drifts[(arm, m)][0], adjustment.confidence[m])
+        (arm, m): Judged(None, refused[arm])
+        if arm in refused
+        else judge(
+            a_ok,
+            b_ok,
+            arm,
+            arm,
+            m,
+            effects[m][0],
+            drifts[(arm, m)][0],
+            adjustment.confidence[m],
+            drift_df=drifts[(arm, m)][1],
+        )
         for arm in arms
         for m in metrics
     }
@@ -107,7 +133,7 @@ def compare_sweeps(
         diff = _diff(old, new)
         if diff:
             changes[arm] = ", ".join(diff)
-    sources = {(arm, m): source for (arm, m), (_, source) in drifts.items()}
+    sources = {(arm, m): source for (arm, m), (_, _, source) in drifts.items()}
     return SweepComparison(
         before,
         after,
@@ -122,6 +148,8 @@ def compare_sweeps(
         {arm: why for arm, why in void.items() if arm in arms},
         states,
         swings,
+        hardware,
+        across_hardware,
     )
 
 
@@ -164,6 +192,20 @@ class Change:
     unsteady: tuple | None = None
 
 
+@dataclass(frozen=True)
+class Nightly:
+    """The changes of every sweep of one spec, the sweep ids in time order,
+    and which earlier sweeps were not history of a sweep's arm for a
+    difference of hardware or engine env (kept, when ``across_hardware``)."""
+
+    changes: list[Change]
+    order: list[str]
+    # (sweep judged, arm) -> {why (HardwareCheck.reason): earlier sweeps of its window that differ}
+    differing: dict[tuple[str, str], dict[str, tuple[str, ...]]] = field(default_factory=dict)
+    unknown: dict[str, tuple[str, ...]] = field(default_factory=dict)  # sweep -> facts its rows did not record
+    across_hardware: bool = False
+
+
 def history_columns() -> list[str]:
     """What the nightly comparison and the trend plots read of every run."""
     spreads = [c for c in COLUMNS_BY_NAME if c.endswith("_iter_sd_log")]
@@ -183,6 +225,7 @@ def history_columns() -> list[str]:
         "iterations",
         "warning_rules",
         "mmap",
+        *HARDWARE_COLUMNS,
         *spreads,
         *metric_columns(),
     ]
@@ -210,20 +253,26 @@ def void_in_history(results: Path, sweep_name: str, include_retracted: bool = Fa
 
 
 def nightly_changes(
-    results: Path, sweep_name: str, window: int = 10, min_history: int = 3, include_retracted: bool = False
-) -> tuple[list[Change], list[str]]:
+    results: Path,
+    sweep_name: str,
+    window: int = 10,
+    min_history: int = 3,
+    include_retracted: bool = False,
+    across_hardware: bool = False,
+) -> Nightly:
     """Each sweep's runs against the runs of up to ``window`` earlier sweeps
     of the same spec (at least ``min_history`` of them), per arm and metric.
+    Of those, the sweeps whose runs of the arm differ in hardware or engine
+    env (:mod:`omni.hardware`) are no history unless ``across_hardware``.
 
     A regression is a ``worse`` verdict whose interval reaches past the
     sweep's min_effect (not below_min_effect); an improvement the same for
     ``better``. The interval adds the drift measured for the arm's workload
-    (omni calibrate --sweeps), else the default. Returns the changes and the
-    sweep ids in time order.
+    (omni calibrate --sweeps), else the default.
     """
     frame = spec_runs(results, sweep_name, include_retracted)
     void = void_in_history(results, sweep_name, include_retracted)
-    return changes_in(frame, results, sweep_name, window, min_history, void)
+    return changes_in(frame, results, sweep_name, window, min_history, void, across_hardware)
 
 
 def changes_in(
@@ -233,7 +282,8 @@ def changes_in(
     window: int = 10,
     min_history: int = 3,
     void: dict[tuple[str, str], str] | None = None,
-) -> tuple[list[Change], list[str]]:
+    across_hardware: bool = False,
+) -> Nightly:
     """:func:`nightly_changes` over rows already read (:func:`spec_runs`);
     the runs of a VOID arm of a sweep (``void``, :func:`void_in_history`)
     are neither judged nor history."""
@@ -256,19 +306,21 @@ def changes_in(
         sweep_id: adjust_for_multiplicity(metrics, spec.primary_metrics if spec else DEFAULT_PRIMARY_METRICS).confidence
         for sweep_id, spec in specs.items()
     }
+    facts = {key: hardware_facts(rows) for key, rows in frame.groupby(["sweep_id", "arm"])}
+    differing: dict[tuple[str, str], dict[str, dict[str, None]]] = {}
     changes = []
     for (arm, metric), group in _by_arm_metric(frame, metrics):
         per_sweep = {s: g for s, g in group.groupby("sweep_id")}
         sweeps = [s for s in order if s in per_sweep]
-        drift, source = calibrations[arm].drift_for(metric)
+        drift, drift_df, source = calibrations[arm].drift_estimate(metric)
         for i, sweep_id in enumerate(sweeps):
-            history = sweeps[max(0, i - window) : i]
+            history = _history(sweeps[max(0, i - window) : i], sweep_id, arm, facts, across_hardware, differing)
             if len(history) < min_history:
                 continue
             past = pd.concat([per_sweep[s] for s in history])
             current = per_sweep[sweep_id]
             effect, level = effects[sweep_id][metric][0], levels[sweep_id][metric]
-            judged = judge(past, current, arm, arm, metric, effect, drift, level)
+            judged = judge(past, current, arm, arm, metric, effect, drift, level, drift_df=drift_df)
             c = judged.comparison
             if judged.refused or c is None or c.verdict not in ("better", "worse") or c.below_min_effect:
                 continue
@@ -294,7 +346,35 @@ def changes_in(
                     unsteady,
                 )
             )
-    return changes, order
+    return Nightly(
+        changes,
+        order,
+        {key: {why: tuple(s) for why, s in reasons.items()} for key, reasons in differing.items()},
+        _unrecorded(facts, order),
+        across_hardware,
+    )
+
+
+def _history(earlier: list[str], sweep_id: str, arm: str, facts: dict, across: bool, differing: dict) -> list[str]:
+    """Of the ``earlier`` sweeps, those whose runs of ``arm`` ran on the
+    hardware and engine env of ``sweep_id``'s (all, when ``across``): a new
+    CPU would read as a regression. Those that differ go into ``differing``."""
+    history = []
+    for other in earlier:
+        check = check_facts(facts[(other, arm)], facts[(sweep_id, arm)])
+        if not check.same:
+            differing.setdefault((sweep_id, arm), {}).setdefault(check.reason(), {})[other] = None
+        if check.same or across:
+            history.append(other)
+    return history
+
+
+def _unrecorded(facts: dict[tuple[str, str], dict[str, tuple]], order: list[str]) -> dict[str, tuple[str, ...]]:
+    """Sweep -> the hardware facts some arm's runs of it did not record."""
+    missing: dict[str, dict[str, None]] = {}
+    for (sweep_id, _), found in facts.items():
+        missing.setdefault(sweep_id, {}).update(dict.fromkeys(fact for fact, values in found.items() if not values))
+    return {s: tuple(missing[s]) for s in order if missing.get(s)}
 
 
 def sweep_history(results: Path, summary: SweepSummary, include_retracted: bool = False) -> dict:
@@ -302,9 +382,10 @@ def sweep_history(results: Path, summary: SweepSummary, include_retracted: bool 
     and the nightly changes among them (for the report's trend plots)."""
     try:
         frame = spec_runs(results, summary.sweep_name, include_retracted)
-        changes, order = changes_in(frame, results, summary.sweep_name)
+        nightly = changes_in(frame, results, summary.sweep_name)
     except OmniError:
         return {"points": {}, "changes": []}
+    changes, order = nightly.changes, nightly.order
     if len(order) < 2:
         return {"points": {}, "changes": []}
     order = order[: order.index(summary.sweep_id) + 1] if summary.sweep_id in order else order

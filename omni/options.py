@@ -122,6 +122,11 @@ RETRACTED_OPT = typer.Option(False, "--include-retracted", help="keep retracted 
 METRIC_OPT = typer.Option(
     None, "--metric", help="only this metric (repeatable), e.g. decode_tok_s; default: every judged one"
 )
+ACROSS_HARDWARE_OPT = typer.Option(
+    False,
+    "--across-hardware",
+    help="judge runs of different CPU models, cores per slot or engine versions anyway (the output names them)",
+)
 SWEEP_ID_ARG = typer.Argument(..., callback=stored_id, help="sweep id (the sweep=… folder name)")
 
 

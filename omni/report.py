@@ -13,8 +13,9 @@ from pathlib import Path
 from omni import units
 from omni.calibration import metric_kind
 from omni.columns import COLUMNS_BY_NAME
-from omni.compare import Change, SweepComparison
+from omni.compare import Nightly, SweepComparison
 from omni.controls import untrusted
+from omni.hardware import comparison_lines, history_lines
 from omni.objstore import ResultsPath, results_root
 from omni.serving_summary import LEVEL_METRICS, ServingSummary
 from omni.stats import ALPHA, MIN_INTERVAL_RUNS, PRIMARY_SHARE, min_max_coverage
@@ -44,8 +45,15 @@ def verdict_text(judged: Judged) -> str:
     text = f"{c.verdict}: x{c.ratio:.3f} {ratio_interval(c.ci_low, c.ci_high)}{level}"
     if c.below_min_effect:
         text += f", below min_effect {c.min_effect:.0%}"
-    if c.passes_needed:
+    if c.unreachable:
+        text += (
+            f", unreachable: drift between sweeps of ±{c.drift:.1%} is larger than min_effect {c.min_effect:.0%} "
+            "allows at any number of passes"
+        )
+    elif c.passes_needed:
         text += f", needs {c.passes_needed} passes"
+    if c.identical:
+        text += f" (identical in {c.identical} runs: the interval is the {c.floor:.1%} resolution's)"
     return text
 
 
@@ -126,8 +134,8 @@ def swing_lines(summary: SweepSummary, metrics=None) -> list[str]:
 
 
 def median_interval(cell) -> str:
-    """The bootstrap interval of the median, or why there is none (below
-    omni.stats.MIN_INTERVAL_RUNS runs it would be [min, max] at far less than 95 %)."""
+    """The exact (order-statistic) interval of the median, or why there is none
+    (below omni.stats.MIN_INTERVAL_RUNS runs even [min, max] holds it less than 95 % of the time)."""
     if cell.ci_low is not None:
         return f"[{format_number(cell.ci_low)}, {format_number(cell.ci_high)}]"
     return f"- (n<{MIN_INTERVAL_RUNS})" if cell.n >= 2 else "-"
@@ -197,8 +205,8 @@ def summary_markdown(summary: SweepSummary) -> str:
         lines += [
             "",
             f"`- (n<{MIN_INTERVAL_RUNS})`: no interval of the median below {MIN_INTERVAL_RUNS} runs: the "
-            f"bootstrap's would be [min, max], which holds the median {min_max_coverage(3):.0%} of the time at "
-            f"3 runs, {min_max_coverage(4):.1%} at 4; min and max are shown.",
+            f"widest one, [min, max], holds the median {min_max_coverage(3):.0%} of the time at "
+            f"3 runs, {min_max_coverage(4):.1%} at 4, {min_max_coverage(5):.2%} at 5; min and max are shown.",
         ]
     lines += states_lines(summary)
     lines += swing_lines(summary)
@@ -211,7 +219,7 @@ def summary_markdown(summary: SweepSummary) -> str:
             "",
             f"Live A/A control `{summary.control}` (a replica of `{summary.baseline}`, interleaved): "
             + ", ".join(f"{n} {v}" for v, n in counts.items() if n)
-            + (f"; differs on {', '.join(summary.untrusted)}" if summary.untrusted else "; this host behaved"),
+            + (f"; differs on {', '.join(summary.untrusted)}" if summary.untrusted else "; " + control_reach(summary)),
         ]
     if summary.hosts:
         lines += [
@@ -329,6 +337,22 @@ def _cell_line(summary: SweepSummary, arm: str, metric: str) -> str:
     )
 
 
+def control_reach(summary: SweepSummary) -> str:
+    """What a control that differs on nothing showed: no move beyond its
+    primary intervals, not that the host behaved (an inconclusive control
+    only failed to see a move)."""
+    judged = [summary.judged.get((summary.control, m)) for m in summary.primary]
+    bounds = [
+        (j.comparison.ci_low, j.comparison.ci_high)
+        for j in judged
+        if j and j.comparison and j.comparison.ci_low is not None
+    ]
+    if not bounds:
+        return "no verdict to read the host from"
+    low, high = min(b[0] for b in bounds), max(b[1] for b in bounds)
+    return f"no move of the host beyond x{ratio_interval(low, high)} seen"
+
+
 def verdict_method(summary: SweepSummary) -> str:
     """How the verdicts were reached: the interval, the blocking, the multiplicity adjustment."""
     blocked = any(j.comparison and j.comparison.blocked for j in summary.judged.values())
@@ -399,7 +423,9 @@ def provenance_lines(provenance: dict) -> list[str]:
 
 
 def comparison_markdown(result: SweepComparison) -> str:
-    lines = [f"# {result.after} against {result.before}", "", f"{result.excluded} retracted run(s) left out.", ""]
+    lines = [f"# {result.after} against {result.before}", ""]
+    lines += comparison_lines(result.hardware, result.across_hardware, result.before, result.after)
+    lines += [f"{result.excluded} retracted run(s) left out.", ""]
     for arm, change in result.config_changes.items():
         lines.append(f"- `{arm}` changed: {change}")
     lines += [f"- `{arm}` is VOID, kept out of every verdict: {why}" for arm, why in result.void.items()]
@@ -424,11 +450,12 @@ def comparison_markdown(result: SweepComparison) -> str:
             if j.comparison
         }
     )
-    lines += [
-        "",
-        "Two sweeps: each interval includes a between-sweep drift, which interleaving cannot cancel "
-        "across sweeps: " + "; ".join(f"{d:.2%} ({src})" for d, src in drifts) + ".",
-    ]
+    if drifts:  # none when every verdict was refused
+        lines += [
+            "",
+            "Two sweeps: each interval includes a between-sweep drift, which interleaving cannot cancel "
+            "across sweeps: " + "; ".join(f"{d:.2%} ({src})" for d, src in drifts) + ".",
+        ]
     if result.adjustment is not None:
         lines += ["", f"Multiplicity: {result.adjustment.describe()}."]
     sweeps = {"before": result.before, "after": result.after}
@@ -448,13 +475,14 @@ def comparison_markdown(result: SweepComparison) -> str:
     return "\n".join(lines) + "\n"
 
 
-def changes_markdown(
-    sweep_name: str, changes: list[Change], sweeps: list[str], void: dict[tuple[str, str], str] | None = None
-) -> str:
+def changes_markdown(sweep_name: str, nightly: Nightly, void: dict[tuple[str, str], str] | None = None) -> str:
     """The nightly changes, primary metrics first (as each sweep's spec
-    names them: the changes come in that order), and the VOID arms of the
+    names them: the changes come in that order), the earlier sweeps that
+    were no history for a difference of hardware, and the VOID arms of the
     sweeps (``void``: (sweep, arm) -> why), whose runs were not judged."""
+    changes, sweeps = nightly.changes, nightly.order
     lines = [f"# nightly changes of `{sweep_name}` over {len(sweeps)} sweep(s)", ""]
+    lines += history_lines(nightly.differing, nightly.unknown, nightly.across_hardware)
     lines += [
         f"- VOID `{arm}` in {sweep}, its runs neither judged nor history: {why}"
         for (sweep, arm), why in (void or {}).items()

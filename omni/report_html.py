@@ -376,8 +376,8 @@ def html_report(summary: SweepSummary, history: dict | None = None) -> str:
         results_table(summary),
         "</section>",
         '<section id="distributions"><h2>Per metric</h2><p>Dots: runs; bar: median; thick line: the median\'s '
-        f"95 % bootstrap interval, from {MIN_INTERVAL_RUNS} runs on (below, it would be [min, max] at far "
-        "less than 95 %).</p>",
+        f"exact 95 % interval (order statistics), from {MIN_INTERVAL_RUNS} runs on (below, even [min, max] "
+        "holds the median less than 95 % of the time).</p>",
     ]
     for metric in summary.metrics:
         effect, source = summary.min_effects[metric]

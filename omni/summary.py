@@ -74,6 +74,13 @@ ROW_RULES = (
 )
 
 
+# The least relative sd a memory figure's run is taken to have in a verdict:
+# the 0.2 % RssAnon moves on a shared host (DEFAULT_FLOORS). Identical values
+# a side would otherwise give x1.000 [1.000, 1.000], and one 4 KiB page more
+# a "worse" verdict.
+MEMORY_RESOLUTION = DEFAULT_FLOORS["memory"]
+
+
 def default_floor(metric: str) -> float:
     return DEFAULT_FLOORS[metric_kind(metric)]
 
@@ -257,11 +264,16 @@ def judge(
     drift: float = 0.0,
     confidence: float = 0.95,
     block: str | None = None,
+    drift_df: float = math.inf,
 ) -> Judged:
     """Compare ``arm`` (rows ``other``) with ``base_arm`` (rows ``base``) on one
     metric; ``drift`` > 0 when the two come from different sweeps;
     ``confidence``: the interval's level (:func:`omni.stats.adjust_for_multiplicity`);
-    ``block``: the column whose value is a blocking factor (:data:`BLOCK`)."""
+    ``block``: the column whose value is a blocking factor (:data:`BLOCK`);
+    ``drift_df``: the degrees of freedom the drift was measured from (infinite: taken as known).
+    A memory metric's runs are given a least relative sd of :data:`MEMORY_RESOLUTION`:
+    a figure that repeats to the byte has no spread to see, and none would
+    make an interval of width zero."""
     warnings = tuple(_row_warnings(base, base_arm) + _row_warnings(other, arm))
     if metric_kind(metric) == "memory":
         # like for like or not at all: KV pools near need, same engine, mmap mode and KV ratio
@@ -283,6 +295,8 @@ def judge(
         better=COLUMNS_BY_NAME[metric].better,
         min_effect=min_effect,
         drift=drift,
+        drift_df=drift_df,
+        floor=MEMORY_RESOLUTION if metric_kind(metric) == "memory" else 0.0,
         confidence=confidence,
         within=(_within(base, base_arm, metric), _within(other, arm, metric)),
         blocks=(_blocks(base, base_arm, metric, block), _blocks(other, arm, metric, block)) if block else None,

@@ -44,7 +44,8 @@ def test_nightly_regression_is_flagged_with_run_ids_on_both_sides(tmp_path):
     bad = store_sweep(tmp_path, "n5", {"a": [79, 80, 81]}, name="nightly", day=5)
     good = store_sweep(tmp_path, "n6", {"a": [129, 130, 131]}, name="nightly", day=6)
     small = store_sweep(tmp_path, "n7", {"a": [98, 98.5, 99]}, name="nightly", day=7)  # 2 %: below min_effect
-    changes, order = nightly_changes(tmp_path, "nightly", window=5)
+    nightly = nightly_changes(tmp_path, "nightly", window=5)
+    changes, order = nightly.changes, nightly.order
     assert order == [f"n{i}" for i in range(8)]
     flagged = {(c.sweep_id, c.metric): c for c in changes}
     assert set(flagged) == {("n5", "decode_tok_s"), ("n6", "decode_tok_s")}, set(flagged)
@@ -223,6 +224,37 @@ def test_metric_option_focuses_summary_and_compare(tmp_path):
     for bad, why in (("decode_tokens", "is not a judged metric"), ("ttft_ms", "has no values in these runs")):
         done = omni("compare", "m1", "m2", "--results", str(tmp_path), "--metric", bad)
         assert done.returncode == 2 and f"--metric {bad} {why}; choose from decode_tok_s" in done.stderr, done.stderr
+
+
+def test_compare_and_regressions_across_hardware_refuse_unless_asked(tmp_path):
+    """Two sweeps whose rows name different CPUs and slot widths: no verdict,
+    the difference named at the top and in each refusal, exit 0 as for every
+    refused verdict; --across-hardware judges them and still names it. The
+    nightly history skips the other host's sweeps likewise."""
+    intel, amd = "Intel Xeon Platinum 8480+", "AMD EPYC 9B45"
+    diff = f"cpu_model {intel!r} -> {amd!r}; cores per slot 2 -> 4"
+    nights = [("h0", intel, 2, 100), ("h1", intel, 2, 101), ("h2", intel, 2, 99), ("h3", amd, 4, 80)]
+    for day, (sweep, cpu, cores, center) in enumerate(nights):
+        columns = {"cpu_model": cpu, "cpus": list(range(cores)), "engine_version": "synthetic-1"}
+        store_sweep(tmp_path, sweep, {"a": [center - 1, center, center + 1]}, name="hw", day=day, columns=columns)
+    done = omni("compare", "h2", "h3", "--results", str(tmp_path), "--metric", "decode_tok_s")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[2] == (
+        f"**No verdict** for every arm: the sweeps ran on different hardware: {diff}. Compare sweeps of the "
+        "same hardware, or pass --across-hardware to judge them anyway."
+    ), done.stdout
+    assert f"| a | decode_tok_s | - | - | refused: the sweeps ran on different hardware: {diff} (" in done.stdout
+    assert "worse" not in done.stdout
+    done = omni("compare", "h2", "h3", "--results", str(tmp_path), "--metric", "decode_tok_s", "--across-hardware")
+    assert done.returncode == 0, done.stderr
+    assert f"**Judged across hardware** (--across-hardware), every arm: {diff}." in done.stdout, done.stdout
+    assert "| a | decode_tok_s | 3 | 3 | worse: x0.808" in done.stdout, done.stdout
+    done = omni("regressions", "hw", "--results", str(tmp_path), "--min-history", "2")
+    assert done.returncode == 0, done.stdout  # the newest is not judged against the other host's nights
+    assert f"- `a` in h3: 3 earlier sweep(s) skipped as history, they ran on different hardware: {diff}" in done.stdout
+    done = omni("regressions", "hw", "--results", str(tmp_path), "--min-history", "2", "--across-hardware")
+    assert done.returncode == 1 and "| h3 | a | decode_tok_s | regression |" in done.stdout, done.stdout
+    assert f"- `a` in h3: judged against 3 earlier sweep(s) that ran on different hardware: {diff}" in done.stdout
 
 
 def test_summary_against_another_arm_judges_every_arm_against_it_and_writes_nothing(tmp_path):
