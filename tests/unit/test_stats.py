@@ -12,9 +12,9 @@ import pytest
 from omni.stats import (
     adjust_for_multiplicity,
     blocked_log_interval,
-    generalized_half_width,
     compare,
     describe,
+    generalized_half_width,
     min_max_coverage,
     passes_needed,
     summarize,
