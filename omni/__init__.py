@@ -83,6 +83,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "omni.calibration",
             "omni.report",
             "omni.report_html",
+            "omni.simulation",
         ),
     ),
     ("flows", ("flows",)),
@@ -96,6 +97,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "omni.host_commands",
             "omni.fleet_commands",
             "omni.setup_commands",
+            "omni.simulate_command",
         ),
     ),
 )

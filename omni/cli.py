@@ -32,6 +32,7 @@ from omni.options import (
     words,
 )
 from omni.setup_commands import env_app, models_app, stack_app
+from omni.simulate_command import simulate
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="NUMA-pinned benchmark sweeps of CPU LLM inference.")
 
@@ -410,7 +411,7 @@ def calibrate(
     ),
     passes: int | None = typer.Option(None, min=3, max=1000, help="override the spec's passes"),
     sweeps: int = typer.Option(
-        2, min=1, max=100, help="sweeps to run: 2 or more also measure the drift between sweeps"
+        3, min=1, max=100, help="sweeps to run: 3 or more also measure a drift between sweeps that compare uses"
     ),
     results: str = RESULTS_OPT,
     from_sweep: list[str] | None = typer.Option(
@@ -556,6 +557,7 @@ app.add_typer(stack_app, name="stack")
 app.add_typer(env_app, name="env")
 app.add_typer(models_app, name="models")
 app.add_typer(host_app, name="host")
+app.command()(simulate)
 
 
 def main() -> None:

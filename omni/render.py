@@ -328,6 +328,8 @@ def op_verdicts(base: str, other: str, comparisons: Sequence, min_effect: float,
 
 def calibration(record: Mapping, sweep_ids: Sequence[str], path) -> str:
     """``omni calibrate``: per workload, each metric's noise within a sweep and drift between sweeps."""
+    from omni.calibration import MIN_DRIFT_SWEEPS
+
     lines = [f"calibration of host {record['host']} from sweep(s) {', '.join(sweep_ids)}:"]
     for workload, entry in sorted(record["workloads"].items()):
         lines.append(f"  workload {workload} (arms {', '.join(entry['arms'])}; {entry['runs']} runs)")
@@ -335,6 +337,11 @@ def calibration(record: Mapping, sweep_ids: Sequence[str], path) -> str:
             drift = entry["drift"].get(metric)
             shown = f"{drift:8.3%}" if drift is not None else "  (1 sweep)"
             lines.append(f"    {metric:<24} noise {noise:8.3%}  drift {shown}")
+    if len(sweep_ids) < MIN_DRIFT_SWEEPS and any(entry["drift"] for entry in record["workloads"].values()):
+        lines.append(
+            f"the drift rests on {len(sweep_ids) - 1} degree(s) of freedom: compare and regressions use the default "
+            f"drift until a calibration of {MIN_DRIFT_SWEEPS} sweeps or more measures it"
+        )
     lines.append(f"written: {path}")
     return "\n".join(lines)
 

@@ -48,7 +48,7 @@ def verdict_text(judged: Judged) -> str:
     if c.unreachable:
         text += (
             f", unreachable: drift between sweeps of ±{c.drift:.1%} is larger than min_effect {c.min_effect:.0%} "
-            "allows at any number of passes"
+            "allows: no number of passes settles it with 80 % power"
         )
     elif c.passes_needed:
         text += f", needs {c.passes_needed} passes"

@@ -14,6 +14,7 @@ from omni.stats import (
     blocked_log_interval,
     compare,
     describe,
+    drift_allows,
     generalized_half_width,
     min_max_coverage,
     passes_needed,
@@ -420,3 +421,34 @@ def test_blocking_finds_an_effect_a_slot_effect_hides():
         blocked += compare(b, o, better="higher", min_effect=0.05, blocks=(bs, os_)).verdict == "better"
         unblocked += compare(b, o, better="higher", min_effect=0.05).verdict == "better"
     assert blocked / 200 >= 0.9 and unblocked / 200 <= 0.5, (blocked, unblocked)
+
+
+def test_identical_values_with_a_floor_give_an_interval_of_width_and_say_so():
+    """Two identical RssAnon values a side: no zero-width interval once the
+    0.2 % floor applies (the summary applies it to memory), and one 4 KiB page
+    more is not 'worse'."""
+    same = compare([2000.0, 2000.0], [2000.0, 2000.0], better="lower", min_effect=0.01, floor=0.002, confidence=0.9867)
+    assert same.ci_low < 0.999 and same.ci_high > 1.001 and same.identical == 4
+    assert same.verdict == "inconclusive"
+    page = 4 / 1024  # MiB
+    apart = compare([2000.0, 2000.0], [2000 + page] * 2, better="lower", min_effect=0.01, floor=0.002)
+    assert apart.verdict == "inconclusive" and apart.identical is None
+    many = compare([2000.0] * 8, [2000.0] * 8, better="lower", min_effect=0.01, floor=0.002, confidence=0.9867)
+    assert many.verdict == "equivalent" and many.ci_high - many.ci_low > 0.001
+
+
+def test_a_drift_larger_than_min_effect_allows_is_unreachable_not_a_pass_count():
+    """2.5 % drift per sweep, known: at infinitely many passes the interval
+    is still +-2.47 sqrt(2) 2.5 % = +-8.7 % wide at 98.67 %, wider than 5 %."""
+    rng = np.random.default_rng(1)
+    base, other = 100 * np.exp(rng.normal(0, 0.02, 5)), 100 * np.exp(rng.normal(0, 0.02, 5))
+    c = compare(base, other, better="higher", min_effect=0.05, drift=0.025, confidence=0.9867)
+    assert c.verdict == "inconclusive" and c.unreachable and c.passes_needed is None
+    assert not drift_allows(0.05, 0.025, 0.9867) and drift_allows(0.05, 0.005, 0.9867)
+    # estimated from 2 degrees of freedom, even 0.5 % is past reach; known, it is not
+    assert not drift_allows(0.05, 0.005, 0.9867, drift_df=2) and drift_allows(0.05, 0.005, 0.9867)
+    # the default 1 %, known, at a primary level: a 5 % difference is found with 84 % power at
+    # infinitely many passes, but an A/A pair shown equivalent only 67 % of the time: past reach
+    assert not drift_allows(0.05, 0.01, 0.9867) and drift_allows(0.10, 0.01, 0.9867)
+    # reachable: the count accounts for the drift, which passes do not shrink
+    assert passes_needed(0.05, 0.02, 0.9867, drift=0.005) > passes_needed(0.05, 0.02, 0.9867)
