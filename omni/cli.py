@@ -375,7 +375,7 @@ def compare(
     verdict; none for an arm whose runs differ in CPU model, cores per slot
     or engine version between the sweeps (unless --across-hardware)."""
     from omni.compare import compare_sweeps
-    from omni.report import comparison_markdown
+    from omni.report_compare import comparison_markdown
 
     show(comparison_markdown(compare_sweeps(results, before, after, include_retracted, metric, across_hardware)))
 
@@ -396,7 +396,7 @@ def regressions(
     engine env, with the verdict rule and the between-sweep drift; exit 1
     when the newest sweep regressed."""
     from omni.compare import nightly_changes, void_in_history
-    from omni.report import changes_markdown
+    from omni.report_compare import changes_markdown
 
     nightly = nightly_changes(results, sweep_name, window, min_history, include_retracted, across_hardware)
     show(changes_markdown(sweep_name, nightly, void_in_history(results, sweep_name, include_retracted)))

@@ -15,7 +15,8 @@ import yaml
 from PIL import Image
 
 from omni.compare import compare_sweeps, nightly_changes, sweep_history
-from omni.report import VERDICT_COLORS, comparison_markdown, summary_markdown
+from omni.report import VERDICT_COLORS, summary_markdown
+from omni.report_compare import comparison_markdown
 from omni.report_html import html_report
 from omni.store import load_runs
 from omni.summary import summarize_sweep

@@ -8,7 +8,7 @@ import pandas as pd
 
 from omni.compare import compare_sweeps, nightly_changes, sweep_history
 from omni.hardware import check_hardware, hardware_facts
-from omni.report import changes_markdown, comparison_markdown
+from omni.report_compare import changes_markdown, comparison_markdown
 from omni.summary import summarize_sweep
 from tests.rows import store_sweep
 

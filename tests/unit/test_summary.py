@@ -292,7 +292,8 @@ def test_primary_metrics_lead_every_view_and_the_others_are_adjusted(tmp_path):
 
 def test_a_void_arm_is_marked_in_every_view_and_kept_out_of_every_verdict(tmp_path):
     from omni.ops import HEAD_RULE
-    from omni.report import comparison_markdown, verdicts_markdown
+    from omni.report import verdicts_markdown
+    from omni.report_compare import comparison_markdown
 
     for sweep in ("v1", "v2"):
         store_sweep(tmp_path, sweep, {"base": [100, 101, 99], "int4": [150, 151, 149]})
@@ -454,7 +455,7 @@ def test_a_comparison_of_two_sweeps_says_which_sweep_ran_an_arm_in_two_states_or
     """Across sweeps as within one: a verdict on an arm that ran in two
     states in one of the sweeps says so, and the states (and runs that
     differ beyond their iterations) of each sweep are listed with the sweep."""
-    from omni.report import comparison_markdown
+    from omni.report_compare import comparison_markdown
 
     steady = [1000.0, 1010.0, 990.0, 1005.0, 995.0, 1002.0]
     slow_fast = [480.0, 1150.0, 470.0, 1130.0, 495.0, 1160.0]
@@ -479,7 +480,7 @@ def test_a_nightly_change_made_by_one_disturbed_run_says_so(tmp_path):
     every regression is, and named as a night whose runs were not steady;
     a night that moved as a whole is not."""
     from omni.compare import nightly_changes
-    from omni.report import changes_markdown
+    from omni.report_compare import changes_markdown
 
     iterated = {"decode_tok_s_iter_sd_log": 0.005, "iterations": 5}
     for night, center in enumerate([100, 101, 99, 100.5, 99.5]):
