@@ -50,6 +50,8 @@ def capacity_text(row: dict) -> str:
         value = row.get(f"capacity_{kind}")
         if value is not None:
             parts.append(f"capacity {value:.3g} ({kind})")
+        elif bounds.get(kind) == "not_established":
+            parts.append(f"capacity not established ({kind}: too few requests a level for the SLO's percentile)")
         elif kind in bounds:
             parts.append(f"capacity {bounds[kind]} the {kind} levels")
     return ", ".join(parts) or "no capacity"

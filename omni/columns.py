@@ -17,7 +17,7 @@ from typing import Literal
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 12
+SCHEMA_VERSION = 13
 
 STATUSES = ("ok", "failed", "timeout", "refused", "invalid")
 BINDING_METHODS = ("numactl", "sched_setaffinity", "none")
@@ -70,6 +70,12 @@ def _group(group: str, *specs: tuple) -> tuple[Column, ...]:
 _LOWER = {"better": "lower"}
 _HIGHER = {"better": "higher"}
 _JSON = {"is_json": True}
+# the per-request and inter-token values a run's percentiles are pooled from
+_POOLED = (
+    ("itl", "inter-token gaps"),
+    ("ttft", "requests with a first token"),
+    ("tpot", "requests of 2 tokens or more"),
+)
 
 COLUMNS: tuple[Column, ...] = (
     *_group(
@@ -342,7 +348,9 @@ COLUMNS: tuple[Column, ...] = (
             _F64,
             "requests",
             "serving: requests in flight the server held within its SLO, interpolated between levels "
-            "(omni.load_levels.run_capacity); null when beyond the levels tried (capacity_bounds) (v11)",
+            "(omni.load_levels.run_capacity); null when beyond the levels tried or not established "
+            "(capacity_bounds) (v11; since v13 the SLO is judged on its percentile's 95 % upper bound, "
+            "before on the point estimate)",
             _HIGHER,
         ),
         (
@@ -350,7 +358,7 @@ COLUMNS: tuple[Column, ...] = (
             _F64,
             "req/s",
             "serving: request rate the server held within its SLO, interpolated between levels; null when "
-            "beyond the levels tried (capacity_bounds) (v11)",
+            "beyond the levels tried or not established (capacity_bounds) (v11; the SLO as capacity_concurrency)",
             _HIGHER,
         ),
         (
@@ -386,6 +394,22 @@ COLUMNS: tuple[Column, ...] = (
             "ms",
             "per-request time per output token after the first, 99th percentile over every request (v10)",
         ),
+        # what a pooled percentile is over, and what that count bounds of its p99 (omni.quantiles)
+        *[
+            (f"{m}_samples", _I32, None, f"{what}, pooled over every timed iteration: what {m}_p*_ms are over (v13)")
+            for m, what in _POOLED
+        ],
+        *[
+            (
+                f"{m}_p99_upper95_ms",
+                _F64,
+                "ms",
+                f"95 % upper confidence bound of the true 99th percentile behind {m}_p99_ms: the order statistic "
+                f"of the {m}_samples values that lies above it with chance >= 95 % if they are independent draws; "
+                "null below 299 values, whose maximum bounds only the 100 x 0.05^(1/n)th percentile (v13)",
+            )
+            for m, _ in _POOLED
+        ],
         (
             "lock_step",
             _BOOL,
@@ -509,7 +533,8 @@ COLUMNS: tuple[Column, ...] = (
             _STR,
             None,
             "per kind of level (concurrency, rate) whose capacity is no figure, why: above or below the levels "
-            'tried, or unknown (a level it needed was not judged); JSON object, e.g. {"rate": "above"} (v11)',
+            "tried, unknown (a level it needed was not judged), or not_established (v13: a level's requests too "
+            'few to bound the SLO\'s percentile at 95 %); JSON object, e.g. {"rate": "above"} (v11)',
             _JSON,
         ),
         ("slo", _STR, None, "the serving arm's SLO: ttft_ms, tpot_ms at percentile, JSON object (v11)", _JSON),

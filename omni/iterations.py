@@ -43,9 +43,13 @@ is not lock step, and :func:`omni.runner.fill_metrics` warns
 
 The row keeps, per iterated metric, the median over iterations and
 ``<metric>_iter_sd_log``, the sd of the log iteration values (about the
-relative sd): the within-run spread the verdicts use as a floor; and the
-per-request percentiles pooled over every request of every timed iteration.
-Percentiles use numpy's "linear" rule.
+relative sd): the within-run spread the verdicts use as a floor;
+``<metric>_iter_ac1_log``, their lag-1 autocorrelation (v13): whether one
+slow iteration is followed by another, which :mod:`omni.swing` allows for; and the
+per-request percentiles pooled over every request of every timed iteration,
+with how many values each is over (``*_samples``) and the 95 % upper bound
+of each p99 (``*_p99_upper95_ms``, :mod:`omni.quantiles`; null below 299
+values). Percentiles use numpy's "linear" rule.
 """
 
 from __future__ import annotations
@@ -56,14 +60,16 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from omni.quantiles import percentile_bound
+
 ITERATED = ("ttft_ms", "prefill_tok_s", "decode_tok_s", "e2e_s", "tpot_ms")
 ITL_PERCENTILES = (50, 90, 99)
 ITL_COLUMNS = tuple(f"itl_p{q}_ms" for q in ITL_PERCENTILES)
-# per-request percentiles pooled over every timed iteration (column, per-iteration list, q)
+# per-request percentiles pooled over every timed iteration (column, values pooled: req_<name>_ms, q)
 REQUEST_PERCENTILES = (
-    ("ttft_p50_ms", "req_ttft_ms", 50),
-    ("ttft_p99_ms", "req_ttft_ms", 99),
-    ("tpot_p99_ms", "req_tpot_ms", 99),
+    ("ttft_p50_ms", "ttft", 50),
+    ("ttft_p99_ms", "ttft", 99),
+    ("tpot_p99_ms", "tpot", 99),
 )
 
 
@@ -197,6 +203,22 @@ def sd_log(values: Sequence[float]) -> float | None:
     return statistics.stdev(logs) if len(logs) >= 2 else None
 
 
+def ac1_log(values: Sequence[float]) -> float | None:
+    """Lag-1 autocorrelation of the logs of positive values, in their order:
+    sum (x_t - mean)(x_t+1 - mean) / sum (x_t - mean)^2 (Box & Jenkins' r1).
+    Whether a slow iteration is followed by a slow one: :mod:`omni.swing`
+    pools it over an arm's runs. None below 3 values or with no spread."""
+    logs = [math.log(v) for v in values if v is not None and v > 0]
+    if len(logs) < 3:
+        return None
+    mean = statistics.fmean(logs)
+    deviations = [x - mean for x in logs]
+    squares = sum(d * d for d in deviations)
+    if squares <= 0:
+        return None
+    return sum(a * b for a, b in zip(deviations, deviations[1:])) / squares
+
+
 def run_metrics(batch: int, prompt_len: int, max_tokens: int, raws: Sequence[Mapping]) -> tuple[dict, list[dict]]:
     """(the row's metrics, one dict per iteration) from an engine's raw iterations.
 
@@ -208,10 +230,17 @@ def run_metrics(batch: int, prompt_len: int, max_tokens: int, raws: Sequence[Map
         values = [p[metric] for p in per if p[metric] is not None]
         row[metric] = statistics.median(values) if values else None
         row[f"{metric}_iter_sd_log"] = sd_log(values)
-    itl_ms = [g for p in per for g in p["itl_ms"]]
-    row.update({col: percentile(itl_ms, q) for col, q in zip(ITL_COLUMNS, ITL_PERCENTILES)})
-    for col, key, q in REQUEST_PERCENTILES:
-        row[col] = percentile([v for p in per for v in p[key] if v is not None], q)
+        row[f"{metric}_iter_ac1_log"] = ac1_log(values)
+    pooled = {
+        "itl": [g for p in per for g in p["itl_ms"]],
+        **{m: [v for p in per for v in p[f"req_{m}_ms"] if v is not None] for m in ("ttft", "tpot")},
+    }
+    row.update({col: percentile(pooled["itl"], q) for col, q in zip(ITL_COLUMNS, ITL_PERCENTILES)})
+    for col, name, q in REQUEST_PERCENTILES:
+        row[col] = percentile(pooled[name], q)
+    for m, values in pooled.items():
+        row[f"{m}_samples"] = len(values)
+        row[f"{m}_p99_upper95_ms"] = percentile_bound(values, 0.99).upper
     seen = [p["partial_steps"] for p in per if p["partial_steps"] is not None]
     row["partial_steps"] = sum(seen) if seen else None
     row["lock_step"] = not any(seen) if seen else None

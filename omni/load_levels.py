@@ -9,6 +9,12 @@ request's TTFT, inter-token latencies, end-to-end latency and error. omni
 computes every figure from those per-request times itself, with vLLM's
 definitions (``vllm/benchmarks/serve.py`` ``calculate_metrics``): TPOT is
 (e2e - TTFT) / (output tokens - 1), ITL the gaps between streamed chunks.
+
+A level's percentiles are the interpolated sample percentiles ``vllm bench
+serve`` states; beside each, its count and its 95 % upper bound
+(:mod:`omni.quantiles`). The SLO is met only where that bound is within it:
+32 requests bound only p91, so a p99 SLO needs 299 requests a level before
+a level can meet it, and below that it is "not established".
 """
 
 from __future__ import annotations
@@ -20,6 +26,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+
+from omni.quantiles import percentile_bound
 
 PERCENTILES = (50, 90, 99)
 # a level whose load generator kept its CPUs this busy may have timed itself,
@@ -240,8 +248,10 @@ def level_record(
         "e2e": [r["e2e_ms"] for r in ok],
     }
     for name, values in series.items():
+        record[f"{name}_samples"] = len(values)
         for q in PERCENTILES:
             record[f"{name}_p{q}_ms"] = _pct(values, q)
+            record[f"{name}_p{q}_upper95_ms"] = percentile_bound(values, q / 100).upper
     good = [r for r in ok if meets(r, slo)]
     record["goodput_req_s"] = len(good) / duration if duration > 0 else None
     starts = sorted(r["start_s"] for r in requests if r["start_s"] is not None)
@@ -259,7 +269,9 @@ def level_record(
     record["server_prompt_tokens"] = counted
     record["output_tokens_check"] = output_check
     record["flags"] = level_flags(record)
-    record["slo_met"] = slo_met(record, slo) if not record["flags"] or record["flags"] == ["saturated"] else None
+    judged = not record["flags"] or record["flags"] == ["saturated"]
+    record["slo_verdict"] = slo_verdict(record, slo) if judged else None
+    record["slo_met"] = {"met": True, "not_met": False}.get(record["slo_verdict"])
     return record
 
 
@@ -291,63 +303,86 @@ def level_flags(record: Mapping) -> list[str]:
     return flags
 
 
-def slo_margin(record: Mapping, slo: Mapping) -> float | None:
+def slo_margin(record: Mapping, slo: Mapping, upper: bool = False) -> float | None:
     """How far the level is from its SLO at the SLO's percentile: the larger
-    of TTFT/limit and TPOT/limit (<= 1 meets it)."""
+    of TTFT/limit and TPOT/limit (<= 1 meets it), on the point estimates or
+    (``upper``) on their 95 % upper bounds; None where there is none (for the
+    bounds: too few requests)."""
     q = slo["percentile"]
-    ttft, tpot = record.get(f"ttft_p{q}_ms"), record.get(f"tpot_p{q}_ms")
-    if ttft is None:
-        return None
+    kind = "upper95_ms" if upper else "ms"
+    ttft, tpot = record.get(f"ttft_p{q}_{kind}"), record.get(f"tpot_p{q}_{kind}")
+    if ttft is None or (upper and tpot is None and record.get("tpot_samples")):
+        return None  # no TPOT at all (one-token answers) weighs nothing; an unbounded one is unknown
     return max(ttft / slo["ttft_ms"], (tpot or 0.0) / slo["tpot_ms"])
 
 
-def slo_met(record: Mapping, slo: Mapping) -> bool | None:
+def slo_verdict(record: Mapping, slo: Mapping) -> str | None:
+    """``met``: the 95 % upper bounds of TTFT and TPOT at the SLO's
+    percentile are within its limits; ``not_met``: a point estimate is over
+    its limit, or (open loop) the level saturated; ``not_established``:
+    neither, because the requests are too few to bound the percentile (p99
+    needs 299) or a bound is over its limit. The point estimate alone never
+    meets an SLO: from 32 requests the true p99 lies above all of them 72 %
+    of the time. None: no request to judge."""
     if "saturated" in (record.get("flags") or []):
-        return False  # the queue grew: no latency percentile of it holds for longer
-    margin = slo_margin(record, slo)
-    return None if margin is None else margin <= 1.0
+        return "not_met"  # the queue grew: no latency percentile of it holds for longer
+    point = slo_margin(record, slo)
+    if point is None:
+        return None
+    if point > 1.0:
+        return "not_met"
+    bound = slo_margin(record, slo, upper=True)
+    return "met" if bound is not None and bound <= 1.0 else "not_established"
 
 
 @dataclass(frozen=True)
 class Capacity:
     """The highest load of one kind a run held within its SLO: ``value``
     where it crossed between two levels, or a bound (``above`` the highest
-    level, ``below`` the lowest), or ``unknown`` (a level it needed was not judged)."""
+    level, ``below`` the lowest), or ``unknown`` (a level it needed was not
+    judged), or ``not_established`` (a level it needed had too few requests
+    to bound the SLO's percentile)."""
 
     kind: str
     value: float | None
-    bound: str | None = None  # "above", "below", "unknown"
+    bound: str | None = None  # "above", "below", "unknown", "not_established"
 
 
 def run_capacity(records: list[Mapping], kind: str, slo: Mapping) -> Capacity | None:
-    """Capacity of one run on one kind of level, from its levels ascending.
+    """Capacity of one run on one kind of level, from its levels ascending
+    and their :func:`slo_verdict`.
 
     Between the last level that met the SLO and the first that did not,
-    log(margin) is interpolated linearly in the load: the load at which the
-    margin reaches 1. A saturated open-loop level failed (it did not hold the
-    rate); a level not judged for another reason stops the search.
+    log(margin) on the 95 % upper bounds is interpolated linearly in the
+    load: the load at which the bound reaches the limit. A level fails when
+    it is ``not_met`` (a saturated open-loop level among them: it did not
+    hold the rate) or when its bound is over a limit; a level whose requests
+    cannot bound the percentile, or that was not judged, stops the search.
     """
     levels = sorted((r for r in records if r["load_kind"] == kind), key=lambda r: r["load_value"])
     if not levels:
         return None
     last_ok = None
     for record in levels:
-        met = record.get("slo_met")
-        if met is None:
+        verdict = record.get("slo_verdict")
+        if verdict == "met":
+            last_ok = record
+            continue
+        if verdict is None:
             return Capacity(kind, None, "unknown")
-        if not met:
-            if last_ok is None:
-                return Capacity(kind, None, "below")
-            return Capacity(kind, _crossing(last_ok, record, slo))
-        last_ok = record
+        if verdict == "not_established" and slo_margin(record, slo, upper=True) is None:
+            return Capacity(kind, None, "not_established")
+        if last_ok is None:
+            return Capacity(kind, None, "below")
+        return Capacity(kind, _crossing(last_ok, record, slo))
     return Capacity(kind, None, "above")
 
 
 def _crossing(ok: Mapping, failed: Mapping, slo: Mapping) -> float:
     low, high = ok["load_value"], failed["load_value"]
-    m_low, m_high = slo_margin(ok, slo), slo_margin(failed, slo)
+    m_low, m_high = slo_margin(ok, slo, upper=True), slo_margin(failed, slo, upper=True)
     if m_low is None or m_high is None or m_low <= 0 or m_high <= 1.0 or m_high <= m_low:
-        return low  # no margin to interpolate on (a saturated level): the last level that held
+        return low  # no bound to interpolate on (saturated, or too few requests): the last level that held
     share = (0.0 - math.log(m_low)) / (math.log(m_high) - math.log(m_low))
     return low + (high - low) * min(max(share, 0.0), 1.0)
 

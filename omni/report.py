@@ -256,8 +256,16 @@ BOUND_TEXT = {
     "above": "above the levels tried (every level met the SLO)",
     "below": "below the levels tried (none met the SLO)",
     "unknown": "unknown (a level it needed was not judged)",
+    "not_established": "not established (too few requests a level to bound the SLO's percentile at 95 %)",
 }
 LEVEL_COLUMNS = (("output_tok_s", "output tok/s"), ("ttft_p99_ms", "TTFT p99 ms"), ("tpot_p99_ms", "TPOT p99 ms"))
+# what a level's p99 is, and on what its SLO is judged (omni.load_levels.slo_verdict)
+P99_NOTE = (
+    "p99: each run's interpolated 99th percentile of its level's requests, as `vllm bench serve` states it. "
+    "SLO, per run: met only where the 95 % upper bound of the SLO's percentile (an order statistic of the "
+    "requests: `*_upper95_ms` in results/levels) is within both limits; not met where a percentile is over "
+    "one; not established otherwise, as where the requests are too few to bound it (p99 needs 299)."
+)
 
 
 def serving_markdown(serving: ServingSummary) -> list[str]:
@@ -268,8 +276,8 @@ def serving_markdown(serving: ServingSummary) -> list[str]:
         f"above, runs as units, each interval at {100 * serving.level_confidence:.3g} % for the "
         f"{len(serving.levels) * len(LEVEL_METRICS)} level verdicts of an arm; a flagged level is not judged):",
         "",
-        "| level | arm | n | " + " | ".join(title for _, title in LEVEL_COLUMNS) + " | vs baseline |",
-        "|---|---|---|" + "---|" * len(LEVEL_COLUMNS) + "---|",
+        "| level | arm | n | " + " | ".join(title for _, title in LEVEL_COLUMNS) + " | SLO | vs baseline |",
+        "|---|---|---|" + "---|" * len(LEVEL_COLUMNS) + "---|---|",
     ]
     for key in serving.levels:
         for arm in serving.arms:
@@ -286,9 +294,13 @@ def serving_markdown(serving: ServingSummary) -> list[str]:
             if flags:
                 counts = {f: flags.count(f) for f in dict.fromkeys(flags)}
                 verdicts.append("not judged: " + ", ".join(f"{n} run(s) {f}" for f, n in counts.items()))
+            slo = serving.level_slo[(arm, key)].describe() if (arm, key) in serving.level_slo else "-"
             lines.append(
-                f"| {key} | `{arm}` | {cells[0].n} | " + " | ".join(shown) + f" | {'; '.join(verdicts) or '-'} |"
+                f"| {key} | `{arm}` | {cells[0].n} | "
+                + " | ".join(shown)
+                + f" | {slo} | {'; '.join(verdicts) or '-'} |"
             )
+    lines += ["", P99_NOTE]
     lines += ["", "Capacity under the SLO (the highest load within it, interpolated between levels, per run):"]
     for (arm, kind), cell in serving.capacity.items():
         slo = serving.slo.get(arm) or {}
@@ -301,6 +313,8 @@ def serving_markdown(serving: ServingSummary) -> list[str]:
             text += "; " + ", ".join(f"{n} run(s) {BOUND_TEXT[b]}" for b, n in counts.items())
         if slo:
             text += f" (SLO: TTFT {slo['ttft_ms']:g} ms and TPOT {slo['tpot_ms']:g} ms at p{slo['percentile']})"
+        if reach := serving.slo_reach(arm):
+            text += f"; {reach}"
         if (arm, kind) in serving.capacity_judged:
             c = serving.capacity_judged[(arm, kind)]
             if c.ratio is not None and c.ci_low is not None:

@@ -402,7 +402,8 @@ def fill_kv(row: dict, item: PlanItem, res, proc: EngineProcess) -> None:
 
 def fill_capacity(row: dict, records: list[dict], load: dict) -> None:
     """Each kind of level's capacity under the SLO for this run; a bound
-    (above or below the levels tried) leaves the figure null and says which."""
+    (above or below the levels tried, unknown, not established) leaves the
+    figure null and says which."""
     bounds = {}
     for kind in ("concurrency", "rate"):
         capacity = run_capacity(records, kind, load["slo"])

@@ -7,15 +7,21 @@ A level flagged by :func:`omni.load_levels.level_flags` (a failed request,
 a CPU-bound load generator, an open-loop rate the server did not hold) is
 left out of the verdicts and counted beside them: its latencies may be the
 client's or the queue's, not the server's.
+
+Per level and arm, the SLO's outcome over the runs (:class:`LevelSlo`):
+met only on the 95 % upper bound of the SLO's percentile, and "not
+established" where the level's requests are too few to bound it.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import pandas as pd
 
+from omni.quantiles import reach_note
 from omni.stats import ALPHA, Comparison, Summary, compare, summarize
 from omni.store import load_side_table
 
@@ -28,6 +34,38 @@ LEVEL_METRICS = {
     "tpot_p99_ms": "lower",
 }
 CAPACITY_KINDS = ("concurrency", "rate")
+SLO_VERDICT_TEXT = {"met": "met", "not_met": "not met", "not_established": "not established"}
+
+
+@dataclass(frozen=True)
+class LevelSlo:
+    """The SLO at one level of one arm: each run's verdict
+    (:func:`omni.load_levels.slo_verdict`; a level not judged has none), and
+    the fewest requests a run's level judged it on, which bound the SLO's
+    ``percentile`` at 95 % or do not."""
+
+    verdicts: tuple[str, ...]
+    requests: int | None
+    percentile: int | None
+
+    def reach(self) -> str | None:
+        """``32 requests bound only p91 at 95 % (p99 needs 299)``, or None
+        where the requests bound the SLO's percentile."""
+        if self.requests is None or self.percentile is None:
+            return None
+        return reach_note(self.requests, self.percentile / 100, samples="requests")
+
+    def describe(self) -> str:
+        """``met 2/2``, or ``not met 1/2, not established 1/2: ...`` with why
+        it is not established: too few requests (``32 requests bound only p91
+        at 95 % (p99 needs 299)``) or a bound over its limit."""
+        if not self.verdicts:
+            return "-"
+        counts = {v: self.verdicts.count(v) for v in SLO_VERDICT_TEXT if v in self.verdicts}
+        text = ", ".join(f"{SLO_VERDICT_TEXT[v]} {n}/{len(self.verdicts)}" for v, n in counts.items())
+        if "not_established" not in counts:
+            return text
+        return f"{text}: {self.reach() or 'a 95 % upper bound over its limit'}"
 
 
 @dataclass(frozen=True)
@@ -44,6 +82,15 @@ class ServingSummary:
     bounds: dict[tuple[str, str], list[str]] = field(default_factory=dict)  # (arm, kind) -> runs' bounds
     slo: dict[str, dict] = field(default_factory=dict)  # arm -> its SLO
     points: dict[tuple[str, str], dict[str, list[float]]] = field(default_factory=dict)  # (arm, level) -> values
+    level_slo: dict[tuple[str, str], LevelSlo] = field(default_factory=dict)  # (arm, level)
+
+    def slo_reach(self, arm: str) -> str | None:
+        """Where the arm's levels have too few requests to bound its SLO's
+        percentile: ``SLO not established: 32 requests bound only p91 at
+        95 % (p99 needs 299)`` (the fewest of its levels); None otherwise."""
+        notes = [s for (a, _), s in self.level_slo.items() if a == arm and s.reach()]
+        fewest = min(notes, key=lambda s: s.requests, default=None)
+        return f"SLO not established: {fewest.reach()}" if fewest else None
 
 
 def level_sort_key(key: str) -> tuple[int, float]:
@@ -63,13 +110,19 @@ def serving_summary(
     arms = tuple(a for a in dict.fromkeys(ok["arm"]) if a in set(levels["arm"]))
     keys = tuple(sorted(set(levels["level"]), key=level_sort_key))
     judged_rows = levels[[len(f) == 0 if f is not None else True for f in levels["flags"]]]
-    cells, judged, flagged, points = {}, {}, {}, {}
+    slo = {}
+    for arm in arms:
+        rows = ok[ok["arm"] == arm]
+        if "slo" in rows.columns and rows["slo"].notna().any():
+            slo[arm] = _json(rows["slo"].dropna().iloc[0])
+    cells, judged, flagged, points, level_slo = {}, {}, {}, {}, {}
     for arm in arms:
         for key in keys:
             mine = levels[(levels["arm"] == arm) & (levels["level"] == key)]
             flags = [f for fl in mine["flags"] for f in (fl if fl is not None else [])]
             if flags:
                 flagged[(arm, key)] = flags
+            level_slo[(arm, key)] = level_slo_of(mine, slo.get(arm))
             good = judged_rows[(judged_rows["arm"] == arm) & (judged_rows["level"] == key)]
             points[(arm, key)] = {m: [float(v) for v in good[m].dropna()] for m in LEVEL_METRICS}
             for metric in LEVEL_METRICS:
@@ -89,11 +142,9 @@ def serving_summary(
                     min_effect=min_effect,
                     confidence=level_confidence,
                 )
-    capacity, capacity_judged, bounds, slo = {}, {}, {}, {}
+    capacity, capacity_judged, bounds = {}, {}, {}
     for arm in arms:
         rows = ok[ok["arm"] == arm]
-        if "slo" in rows.columns and rows["slo"].notna().any():
-            slo[arm] = _json(rows["slo"].dropna().iloc[0])
         for kind in CAPACITY_KINDS:
             column = f"capacity_{kind}"
             if column not in rows.columns or not levels[(levels["arm"] == arm)]["load_kind"].eq(kind).any():
@@ -109,8 +160,38 @@ def serving_summary(
                 base, mine, better="higher", min_effect=min_effect, confidence=confidence
             )
     return ServingSummary(
-        baseline, arms, keys, cells, judged, flagged, capacity, capacity_judged, level_confidence, bounds, slo, points
+        baseline,
+        arms,
+        keys,
+        cells,
+        judged,
+        flagged,
+        capacity,
+        capacity_judged,
+        level_confidence,
+        bounds,
+        slo,
+        points,
+        level_slo,
     )
+
+
+def level_slo_of(rows: pd.DataFrame, slo: Mapping | None) -> LevelSlo:
+    """One arm's level over its runs: their SLO verdicts and the fewest
+    requests one judged (TTFT's and TPOT's counts, the smaller)."""
+    verdicts, counts = [], []
+    for row in rows.to_dict("records"):
+        verdict = row.get("slo_verdict")
+        if pd.isna(verdict) and not pd.isna(row.get("slo_met")):
+            # stored before v13, met on the point estimate alone: no bound was kept to meet it on
+            verdict = "not_established" if row["slo_met"] else "not_met"
+        if pd.isna(verdict):
+            continue  # not judged
+        verdicts.append(verdict)
+        seen = [int(n) for n in (row.get("ttft_samples"), row.get("tpot_samples")) if not pd.isna(n) and n > 0]
+        counts.append(min(seen) if seen else int(row["requests"]) - int(row["failed"]))
+    percentile = (slo or {}).get("percentile")
+    return LevelSlo(tuple(verdicts), min(counts) if counts else None, percentile)
 
 
 def _json(value) -> dict:

@@ -66,7 +66,13 @@ OPS_SCHEMA = pa.schema(
 )
 # levels: one row per load level of a serving run (omni.load_levels): a level is
 # one of the run's iterations, so a verdict per level has runs (passes) as its units
-_PCTS = [(f"{m}_p{q}_ms", _F64) for m in ("ttft", "tpot", "itl", "e2e") for q in (50, 90, 99)]
+_LEVEL_SERIES = ("ttft", "tpot", "itl", "e2e")
+_PCTS = [(f"{m}_p{q}_ms", _F64) for m in _LEVEL_SERIES for q in (50, 90, 99)]
+# since v13 of the runs: the values each percentile is over, and each percentile's 95 %
+# upper confidence bound (omni.quantiles; null where the count cannot bound it); null before
+_BOUNDS = [(f"{m}_samples", _I32) for m in _LEVEL_SERIES] + [
+    (f"{m}_p{q}_upper95_ms", _F64) for m in _LEVEL_SERIES for q in (50, 90, 99)
+]
 LEVEL_SCHEMA = pa.schema(
     [
         ("run_id", _STR),
@@ -84,6 +90,7 @@ LEVEL_SCHEMA = pa.schema(
         ("output_tok_s", _F64),
         ("goodput_req_s", _F64),
         *_PCTS,
+        *_BOUNDS,
         ("asked_rate", _F64),
         ("sent_rate", _F64),
         ("achieved_rate", _F64),
@@ -94,7 +101,8 @@ LEVEL_SCHEMA = pa.schema(
         ("server_prompt_tokens", _F64),
         ("output_tokens_check", _STR),
         ("flags", pa.list_(_STR)),
-        ("slo_met", _BOOL),
+        ("slo_met", _BOOL),  # since v13 on the upper bounds: null where not established (slo_verdict)
+        ("slo_verdict", _STR),  # met, not_met, not_established; null: not judged (v13)
         ("server_metrics", _STR),
     ]
 )

@@ -346,6 +346,14 @@ def _v11_to_v12(table: pa.Table) -> pa.Table:
     return table
 
 
+def _v12_to_v13(table: pa.Table) -> pa.Table:
+    """v13 added the counts a run's pooled percentiles are over (*_samples) and
+    each p99's 95 % upper bound (*_p99_upper95_ms): not stored before, so null.
+    From v13 a capacity judges the SLO on that bound; a v12 capacity was judged
+    on the point estimate and is kept as it was."""
+    return table
+
+
 UPGRADES: dict[int, Callable[[pa.Table], pa.Table]] = {
     1: _v1_to_v2,
     2: _v2_to_v3,
@@ -358,6 +366,7 @@ UPGRADES: dict[int, Callable[[pa.Table], pa.Table]] = {
     9: _v9_to_v10,
     10: _v10_to_v11,
     11: _v11_to_v12,
+    12: _v12_to_v13,
 }
 
 

@@ -85,7 +85,7 @@ def test_serve_smoke_prints_level_verdicts_capacity_and_draws_the_curve(serve_sm
     results, out = serve_smoke
     assert "Serving levels" in out and "| c=8 | `llamacpp-serve` |" in out, out[-3000:]
     assert "Capacity under the SLO" in out and "`vllm-serve` concurrency" in out
-    assert "SLO: TTFT 100 ms and TPOT 100 ms at p99" in out
+    assert "SLO: TTFT 100 ms and TPOT 100 ms at p50" in out
     runs = pd.read_parquet(results / "runs")
     llama = runs[runs["arm"] == "llamacpp-serve"]
     assert llama["engine_commit"].notna().all() and llama["engine_version"].str.startswith("llama-server").all()

@@ -47,6 +47,17 @@ def test_run_keeps_median_spread_and_pooled_itl():
     assert row["itl_p99_ms"] == pytest.approx(float(np.percentile(steps, 99)))  # over every step of every iteration
     assert row["itl_p50_ms"] == pytest.approx(10)
     assert math.isclose(row["e2e_s"], 0.09)
+    # 12 gaps and 3 requests: the p99 is stated, with its count; no 95 % bound below 299 values
+    assert (row["itl_samples"], row["ttft_samples"], row["tpot_samples"]) == (12, 3, 3)
+    assert row["itl_p99_upper95_ms"] is None and row["ttft_p99_upper95_ms"] is None
+
+
+def test_a_run_of_enough_gaps_states_the_upper_bound_of_its_itl_p99():
+    # 8 iterations of 40 steps: 320 gaps, two of them slow; the bound is the 320th, the slowest
+    raws = [{"ttft_s": 0.05, "e2e_s": 0.5, "step_s": [0.01] * 39 + [slow]} for slow in [0.04, 0.035] + [0.01] * 6]
+    row, _ = run_metrics(1, 10, 41, raws)
+    assert row["itl_samples"] == 320 and row["itl_p99_ms"] == pytest.approx(10)
+    assert row["itl_p99_upper95_ms"] == pytest.approx(40)
 
 
 def test_one_iteration_has_no_spread():

@@ -7,6 +7,7 @@ import pytest
 
 from omni.errors import OmniError, SpecError
 from omni.load_levels import (
+    Capacity,
     Level,
     arm_levels,
     client_flags,
@@ -20,6 +21,7 @@ from omni.load_levels import (
     run_capacity,
     served_kv_tokens,
     slo_margin,
+    slo_verdict,
 )
 from omni.spec import validate_sweep
 from omni.topology import allocate_slots, format_cpulist, read_topology
@@ -104,14 +106,15 @@ def test_client_flags_closed_and_open_loop():
 
 def detailed(n=8, ttft=0.05, per_token=0.01, out=16, gap=0.5, errors=(), duration=None):
     """A --save-detailed result: requests sent every ``gap`` s, each ``ttft``
-    then ``out - 1`` tokens ``per_token`` apart."""
-    latency = ttft + per_token * (out - 1)
+    (one for all, or one per request) then ``out - 1`` tokens ``per_token`` apart."""
+    ttfts = list(ttft) if isinstance(ttft, (list, tuple)) else [ttft] * n
+    latencies = [t + per_token * (out - 1) for t in ttfts]
     starts = [100.0 + gap * i for i in range(n)]
     return {
-        "duration": duration if duration is not None else gap * (n - 1) + latency,
+        "duration": duration if duration is not None else gap * (n - 1) + max(latencies),
         "errors": ["boom" if i in errors else "" for i in range(n)],
-        "ttfts": [0.0 if i in errors else ttft for i in range(n)],
-        "latencies": [0.0 if i in errors else latency for i in range(n)],
+        "ttfts": [0.0 if i in errors else ttfts[i] for i in range(n)],
+        "latencies": [0.0 if i in errors else latencies[i] for i in range(n)],
         "output_lens": [0 if i in errors else out for i in range(n)],
         "input_lens": [128] * n,
         "itls": [[] if i in errors else [per_token] * (out - 1) for i in range(n)],
@@ -128,8 +131,11 @@ def test_a_level_computes_its_figures_from_its_requests():
     assert reqs[0]["tpot_ms"] == pytest.approx(10.0) and reqs[0]["ttft_ms"] == pytest.approx(50.0)
     assert reqs[3]["start_s"] == pytest.approx(1.5)
     record = level_record(level, 0, detailed(), reqs, SLO, NO_CLIENT_LOAD)
-    assert record["flags"] == [] and record["slo_met"] is True
+    # every p99 within the limits, but 8 requests bound no p99: not established, never met on the point alone
+    assert record["flags"] == [] and record["slo_verdict"] == "not_established" and record["slo_met"] is None
     assert record["tpot_p99_ms"] == pytest.approx(10.0) and record["itl_p50_ms"] == pytest.approx(10.0)
+    assert (record["ttft_samples"], record["tpot_samples"], record["itl_samples"]) == (8, 8, 8 * 15)
+    assert record["tpot_p99_upper95_ms"] is None and record["tpot_p50_upper95_ms"] == pytest.approx(10.0)
     assert record["output_tok_s"] == pytest.approx(8 * 16 / record["duration_s"])
     assert record["goodput_req_s"] == pytest.approx(record["request_s"])
     strict = {**SLO, "tpot_ms": 5.0}
@@ -159,19 +165,47 @@ def test_a_rate_the_server_cannot_hold_is_saturated_and_fails_its_slo():
     assert record["flags"] == ["saturated"] and record["slo_met"] is False
 
 
-def levels_at(kind, margins):
-    """Level records whose p99 TPOT is ``margin`` x the SLO's."""
-    return [
-        {
+def test_a_level_meets_its_slo_only_on_the_upper_bound_its_requests_give():
+    """299 requests bound the p99 at 95 % by their maximum: the level meets
+    the SLO when the slowest request is within it. The p99 of the same 299
+    within the limit with the slowest over it is not established; a p99 over
+    the limit is not met, whatever the count."""
+    level = Level("concurrency", 1)
+    ttfts = [0.05] * 298 + [0.09]  # one slow first token: the point p99 ~51 ms, the bound 90 ms
+    data = detailed(n=299, ttft=ttfts, gap=0.01)
+    reqs = request_records(level, data)
+    record = level_record(level, 0, data, reqs, {**SLO, "ttft_ms": 100.0}, NO_CLIENT_LOAD)
+    assert record["ttft_p99_ms"] < 60 and record["ttft_p99_upper95_ms"] == pytest.approx(90.0)
+    assert record["slo_verdict"] == "met" and record["slo_met"] is True
+    tight = level_record(level, 0, data, reqs, {**SLO, "ttft_ms": 80.0}, NO_CLIENT_LOAD)
+    assert tight["slo_verdict"] == "not_established" and tight["slo_met"] is None
+    over = level_record(level, 0, data, reqs, {**SLO, "ttft_ms": 40.0}, NO_CLIENT_LOAD)
+    assert over["slo_verdict"] == "not_met" and over["slo_met"] is False
+    few = level_record(level, 0, detailed(n=32), request_records(level, detailed(n=32)), SLO, NO_CLIENT_LOAD)
+    assert few["slo_verdict"] == "not_established" and slo_margin(few, SLO, upper=True) is None
+    assert slo_verdict({**few, "ttft_p99_ms": 3000.0}, SLO) == "not_met"  # over the limit needs no bound
+
+
+def levels_at(kind, margins, bounds=None):
+    """Level records whose p99 TPOT is ``margin`` x the SLO's, and its 95 %
+    upper bound ``bound`` x (the margin itself when not given; None: too few
+    requests to bound it)."""
+    records = []
+    for i, (value, margin) in enumerate(margins):
+        bound = margin if bounds is None else bounds[i]
+        record = {
             "load_kind": kind,
             "load_value": value,
             "ttft_p99_ms": 10.0,
             "tpot_p99_ms": margin * SLO["tpot_ms"],
+            "ttft_p99_upper95_ms": 10.0 if bound is not None else None,
+            "tpot_p99_upper95_ms": bound * SLO["tpot_ms"] if bound is not None else None,
+            "tpot_samples": 299 if bound is not None else 32,
             "flags": [],
-            "slo_met": margin <= 1.0,
         }
-        for value, margin in margins
-    ]
+        record["slo_verdict"] = slo_verdict(record, SLO)
+        records.append(record)
+    return records
 
 
 def test_capacity_interpolates_the_log_margin_between_the_levels_around_the_slo():
@@ -183,15 +217,30 @@ def test_capacity_interpolates_the_log_margin_between_the_levels_around_the_slo(
     assert run_capacity(levels_at("concurrency", [(1, 0.5), (2, 0.9)]), "concurrency", SLO).bound == "above"
     assert run_capacity(levels_at("concurrency", [(1, 1.5), (2, 3.0)]), "concurrency", SLO).bound == "below"
     unjudged = levels_at("rate", [(1, 0.5), (2, 0.8), (4, 2.0)])
-    unjudged[1].update(flags=["client_bound"], slo_met=None)
+    unjudged[1].update(flags=["client_bound"], slo_verdict=None)
     assert run_capacity(unjudged, "rate", SLO).bound == "unknown"
     assert run_capacity(records, "rate", SLO) is None
 
 
 def test_a_saturated_level_bounds_capacity_at_the_last_level_held():
     records = levels_at("rate", [(1, 0.5), (2, 0.6)])
-    records[1].update(flags=["saturated"], slo_met=False)
-    assert run_capacity(records, "rate", SLO).value == 1
+    records[1]["flags"] = ["saturated"]
+    records[1]["slo_verdict"] = slo_verdict(records[1], SLO)
+    assert records[1]["slo_verdict"] == "not_met" and run_capacity(records, "rate", SLO).value == 1
+
+
+def test_capacity_is_where_the_upper_bound_crosses_the_slo_and_not_established_without_one():
+    # the point estimates meet the SLO at both levels; the bound crosses it between them
+    records = levels_at("concurrency", [(1, 0.5), (2, 0.9)], bounds=[0.8, 1.6])
+    assert [r["slo_verdict"] for r in records] == ["met", "not_established"]
+    # log bound from log 0.8 at 1 to log 1.6 at 2: it reaches 0 a third of the way
+    assert run_capacity(records, "concurrency", SLO).value == pytest.approx(1 + math.log(1.25) / math.log(2))
+    # too few requests a level to bound the p99: no capacity is claimed from the point estimates ...
+    few = levels_at("concurrency", [(1, 0.25), (2, 0.5), (4, 2.0)], bounds=[None, None, None])
+    assert [r["slo_verdict"] for r in few] == ["not_established", "not_established", "not_met"]
+    assert run_capacity(few, "concurrency", SLO) == Capacity("concurrency", None, "not_established")
+    # ... but a lowest level over the limit is below the levels tried at any count
+    assert run_capacity(levels_at("rate", [(1, 2.0)], bounds=[None]), "rate", SLO).bound == "below"
 
 
 PROMETHEUS = """# HELP vllm:num_requests_running Number of requests in model execution batches.

@@ -316,6 +316,19 @@ def test_v3_file_reads_with_the_iteration_columns_unknown(tmp_path):
     assert frame.loc["r-new", "iterations"] == 5
 
 
+def test_v12_file_reads_with_the_percentile_counts_unknown_and_its_capacity_kept(tmp_path):
+    # run_v12.parquet: written by the schema-12 writer (tests.rows.full_row with a
+    # capacity), before the p99 columns had their counts and 95 % upper bounds
+    partition = tmp_path / "runs" / "sweep=s-2026-12-10"
+    partition.mkdir(parents=True)
+    shutil.copy(FIXTURES / "run_v12.parquet", partition / "r-v12-0001.parquet")
+    old = store.load_runs(tmp_path).set_index("run_id").loc["r-v12-0001"]
+    assert old["schema_version"] == columns.SCHEMA_VERSION and old["itl_p99_ms"] == 12.5
+    for column in ("itl_samples", "ttft_samples", "tpot_samples", "itl_p99_upper95_ms", "ttft_p99_upper95_ms"):
+        assert pd.isna(old[column]), column
+    assert old["capacity_concurrency"] == 3.5  # judged on the point estimate then, kept as it was
+
+
 def test_iterations_table_round_trips_and_needs_its_run(tmp_path):
     row = full_row("r1", "s1")
     its = [
