@@ -17,9 +17,11 @@ import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from omni.calibration import arm_calibrations
+from omni.changepoints import MIN_SWEEPS, Shift, level_shifts
 from omni.columns import COLUMNS_BY_NAME, metric_columns
 from omni.errors import OmniError
 from omni.hardware import HARDWARE_COLUMNS, HardwareCheck, check_facts, check_hardware, hardware_facts
@@ -204,6 +206,9 @@ class Nightly:
     differing: dict[tuple[str, str], dict[str, tuple[str, ...]]] = field(default_factory=dict)
     unknown: dict[str, tuple[str, ...]] = field(default_factory=dict)  # sweep -> facts its rows did not record
     across_hardware: bool = False
+    # (arm, primary metric) -> where its per-sweep level shifted (omni.changepoints), over the
+    # sweeps on the newest sweep's hardware; an entry per series tested, empty where none shifted
+    shifts: dict[tuple[str, str], tuple[Shift, ...]] = field(default_factory=dict)
 
 
 def history_columns() -> list[str]:
@@ -346,13 +351,36 @@ def changes_in(
                     unsteady,
                 )
             )
+    primary = set(specs[order[-1]].primary_metrics if specs[order[-1]] else DEFAULT_PRIMARY_METRICS)
+    shifts = {
+        (arm, metric): _shifts(group, order, arm, metric, facts, across_hardware, effects[order[-1]][metric][0])
+        for (arm, metric), group in _by_arm_metric(frame, metrics)
+        if metric in primary
+    }
     return Nightly(
         changes,
         order,
         {key: {why: tuple(s) for why, s in reasons.items()} for key, reasons in differing.items()},
         _unrecorded(facts, order),
         across_hardware,
+        {key: found for key, found in shifts.items() if found is not None},
     )
+
+
+def _shifts(group, order, arm, metric, facts, across, effect) -> tuple[Shift, ...] | None:
+    """Level shifts of ``arm``'s per-sweep geometric mean of ``metric`` over the
+    sweeps on its newest sweep's hardware (all, when ``across``); None where
+    too few sweeps make a series (omni.changepoints.MIN_SWEEPS)."""
+    per_sweep = {s: g[metric] for s, g in group.groupby("sweep_id")}
+    sweeps = [s for s in order if s in per_sweep and (per_sweep[s] > 0).all()]
+    if not sweeps:
+        return None
+    newest = facts[(sweeps[-1], arm)]
+    sweeps = [s for s in sweeps if across or check_facts(facts[(s, arm)], newest).same]
+    if len(sweeps) < MIN_SWEEPS:
+        return None
+    levels = [math.exp(float(np.log(per_sweep[s].to_numpy(dtype=float)).mean())) for s in sweeps]
+    return level_shifts(levels, sweeps, effect)
 
 
 def _history(earlier: list[str], sweep_id: str, arm: str, facts: dict, across: bool, differing: dict) -> list[str]:

@@ -4,6 +4,8 @@ from :mod:`omni.compare`'s results; one sweep's summary is :mod:`omni.report`'s.
 
 from __future__ import annotations
 
+from omni.changepoints import ALPHA as ALPHA_SHIFT
+from omni.changepoints import MIN_SWEEPS
 from omni.compare import Nightly, SweepComparison
 from omni.hardware import comparison_lines, history_lines
 from omni.report import (
@@ -86,7 +88,7 @@ def changes_markdown(sweep_name: str, nightly: Nightly, void: dict[tuple[str, st
     ]
     lines += [""] if void else []
     if not changes:
-        return "\n".join(lines + ["No regression or improvement beyond min_effect."]) + "\n"
+        return "\n".join(lines + ["No regression or improvement beyond min_effect.", *shift_lines(nightly)]) + "\n"
     lines += [
         "| sweep | arm | metric | kind | ratio to history [95 % CI] | drift | runs | history runs |",
         "|---|---|---|---|---|---|---|---|",
@@ -107,10 +109,12 @@ def changes_markdown(sweep_name: str, nightly: Nightly, void: dict[tuple[str, st
             kind, found, explained = c.unsteady
             text = {"states": modes_text, "swing": swing_of_text}[kind](found, explained, c.metric)
             lines.append(f"- `{c.arm}` {c.metric} in {c.sweep_id}: {text}")
+    lines += shift_lines(nightly)
     lines += [
         "",
-        "Rule: each sweep's runs against the runs of the sweeps before it (Welch t on log run values, "
-        "the between-sweep drift added); a change is better/worse with its interval reaching past min_effect. "
+        "Rule: each sweep's runs against the runs of the sweeps before it (a two-sample interval on log run "
+        "values, each side's own variance, the between-sweep drift added with its degrees of freedom: "
+        "docs/statistics.md); a change is better/worse with its interval reaching past min_effect. "
         f"Multiplicity: each interval at its sweep's level for the metric (Bonferroni, weighted: the primary "
         f"metrics share {ALPHA * PRIMARY_SHARE:.0%}, the others {ALPHA * (1 - PRIMARY_SHARE):.0%}).",
     ]
@@ -118,3 +122,24 @@ def changes_markdown(sweep_name: str, nightly: Nightly, void: dict[tuple[str, st
 
 
 # --- JSON ---
+
+
+def shift_lines(nightly: Nightly) -> list[str]:
+    """Where an arm's per-sweep level shifted and stayed (omni.changepoints), per primary metric."""
+    if not nightly.shifts:
+        return []
+    found = [(key, shift) for key, shifts in nightly.shifts.items() for shift in shifts]
+    lines = [
+        "",
+        f"Level shifts over the history (change points of each arm's per-sweep geometric mean, primary metrics, "
+        f"{len(nightly.shifts)} series of {MIN_SWEEPS} sweeps or more on the newest sweep's hardware; a series "
+        f"without one reports one {ALPHA_SHIFT:.0%} of the time: docs/statistics.md):",
+        "",
+    ]
+    if not found:
+        return [*lines, "- none beyond min_effect"]
+    return lines + [
+        f"- `{arm}` {metric}: x{shift.ratio:.3f} from {shift.sweep_id} on "
+        f"({shift.before} sweep(s) before, {shift.after} from it)"
+        for (arm, metric), shift in found
+    ]

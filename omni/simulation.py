@@ -28,6 +28,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from omni.calibration import Applied
+from omni.changepoints import ALPHA as SHIFT_ALPHA
+from omni.changepoints import level_shifts
 from omni.plan import rotated_slot
 from omni.quantiles import percentile_bound
 from omni.stats import adjust_for_multiplicity, between_sweep_drift, compare, passes_needed, pooled_log_sd, summarize
@@ -187,6 +189,20 @@ def percentile_coverage(rng, draws: int, n: int, q: float) -> Row:
     return Row("percentile's upper bound at or above it", setting, 0.95, "at least", held / draws, draws)
 
 
+def shift_false_alarms(rng, draws: int, sweeps: int, noise: float, drift: float, runs: int = 3) -> Row:
+    """A nightly history with no shift (each sweep's level: its drift and its
+    runs' noise), through ``omni regressions``' change-point rule: a shift reported."""
+    ids = [f"n{i}" for i in range(sweeps)]
+    alarms = 0
+    for _ in range(draws):
+        levels = [
+            math.exp(float((rng.normal(0.0, drift) + _log_normal(rng, noise, runs)).mean())) for _ in range(sweeps)
+        ]
+        alarms += bool(level_shifts(levels, ids, 0.0))
+    setting = f"{sweeps} nightly sweeps, drift {drift:.0%}, noise {noise:.0%}, {runs} runs each"
+    return Row("level shift reported in a steady history", setting, SHIFT_ALPHA, "at most", alarms / draws, draws)
+
+
 def _normal_quantile(q: float) -> float:
     from scipy.stats import norm
 
@@ -229,6 +245,8 @@ def table(quick: bool = False) -> Iterator[tuple[str, Maker]]:
         yield f"cross-{sweeps}-{noise}-{drift}", _bind(cross_sweep_aa, sweeps, noise, drift)
     for n in (6, 7, 10, 30):
         yield f"median-{n}", _bind(median_coverage, n, 0.3)
+    for sweeps, noise, drift in ((5, 0.02, 0.01), (10, 0.05, 0.01), (30, 0.02, 0.02)):
+        yield f"shift-{sweeps}-{noise}-{drift}", _bind(shift_false_alarms, sweeps, noise, drift)
     for n, q in ((32, 0.99), (299, 0.99), (29, 0.9), (16, 0.5)):
         yield f"percentile-{n}-{q}", _bind(percentile_coverage, n, q)
 
