@@ -47,6 +47,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "omni.units",
             "omni.load_levels",
             "omni.modes",
+            "omni.swing",
             "omni.changepoints",
             "omni.sequential",
             "omni.spec",

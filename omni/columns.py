@@ -17,7 +17,7 @@ from typing import Literal
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 13
+SCHEMA_VERSION = 14
 
 STATUSES = ("ok", "failed", "timeout", "refused", "invalid")
 BINDING_METHODS = ("numactl", "sched_setaffinity", "none")
@@ -438,6 +438,16 @@ COLUMNS: tuple[Column, ...] = (
                 _F64,
                 None,
                 f"within-run spread of {m}: sd of the log iteration values, about the relative sd (v4)",
+            )
+            for m in ("ttft_ms", "prefill_tok_s", "decode_tok_s", "e2e_s", "tpot_ms")
+        ],
+        *[
+            (
+                f"{m}_iter_ac1_log",
+                _F64,
+                None,
+                f"lag-1 autocorrelation of {m}'s log iteration values in their order, -1 to 1: whether a slow "
+                "iteration is followed by another (omni.swing); null below 3 iterations or with no spread (v14)",
             )
             for m in ("ttft_ms", "prefill_tok_s", "decode_tok_s", "e2e_s", "tpot_ms")
         ],

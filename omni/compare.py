@@ -213,7 +213,7 @@ class Nightly:
 
 def history_columns() -> list[str]:
     """What the nightly comparison and the trend plots read of every run."""
-    spreads = [c for c in COLUMNS_BY_NAME if c.endswith("_iter_sd_log")]
+    spreads = [c for c in COLUMNS_BY_NAME if c.endswith(("_iter_sd_log", "_iter_ac1_log"))]
     return [
         "sweep_id",
         "sweep_name",
@@ -433,7 +433,7 @@ def sweep_history(results: Path, summary: SweepSummary, include_retracted: bool 
 def _by_arm_metric(frame: pd.DataFrame, metrics: list[str]):
     for arm, rows in frame.groupby("arm"):
         for metric in metrics:
-            spread = [c for c in (f"{metric}_iter_sd_log", "iterations") if c in rows]
+            spread = [c for c in (f"{metric}_iter_sd_log", f"{metric}_iter_ac1_log", "iterations") if c in rows]
             yield (
                 (arm, metric),
                 rows.loc[rows[metric].notna(), ["sweep_id", "run_id", "arm", "warning_rules", "mmap", metric, *spread]],

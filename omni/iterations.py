@@ -44,7 +44,7 @@ is not lock step, and :func:`omni.runner.fill_metrics` warns
 The row keeps, per iterated metric, the median over iterations and
 ``<metric>_iter_sd_log``, the sd of the log iteration values (about the
 relative sd): the within-run spread the verdicts use as a floor;
-``<metric>_iter_ac1_log``, their lag-1 autocorrelation (v13): whether one
+``<metric>_iter_ac1_log``, their lag-1 autocorrelation (v14): whether one
 slow iteration is followed by another, which :mod:`omni.swing` allows for; and the
 per-request percentiles pooled over every request of every timed iteration,
 with how many values each is over (``*_samples``) and the 95 % upper bound

@@ -56,7 +56,8 @@ def verdict_text(judged: Judged) -> str:
 
 
 STATES_TITLE = (
-    "States (an arm's runs in two clusters, each primary metric tested; docs/statistics.md "
+    "States (an arm's runs in two clusters further apart than a continuum of run levels puts them 1 time in 20, "
+    "each primary metric tested; docs/statistics.md "
     '"Two states: bimodal runs"): its interval and verdict pool two behaviours of the host or engine.'
 )
 SWINGS_TITLE = (
@@ -110,14 +111,15 @@ def swing_text(summary: SweepSummary, arm: str, metric: str) -> str:
 
 
 def swing_of_text(swing, explained, metric: str) -> str:
-    """:func:`swing_text` of one arm's :class:`omni.modes.Swing` and what sets its runs apart."""
+    """:func:`swing_text` of one arm's :class:`omni.swing.Swing` and what sets its runs apart."""
     unit = COLUMNS_BY_NAME[metric].unit
     low, high = swing.clusters
     worse, better = (low, high) if COLUMNS_BY_NAME[metric].better == "higher" else (high, low)
     names = ("larger", "smaller") if metric_kind(metric) == "memory" else ("slow", "fast")
     return (
         f"runs differ beyond their iterations (sd {100 * swing.between_sd:.0f} % between runs, "
-        f"{100 * swing.within_sd:.1f} % implied by their iterations, p {swing.p:.2g}): {names[0]} "
+        f"{100 * swing.within_sd:.1f} % implied by their iterations, lag-1 correlation up to {swing.rho:.2f} "
+        f"allowed for, p {swing.p:.2g}): {names[0]} "
         f"{worse.count} run(s) near {format_number(worse.median)}, {names[1]} {better.count} near "
         f"{format_number(better.median)}{f' {unit}' if unit else ''}; {explained.text}"
     )

@@ -354,6 +354,13 @@ def _v12_to_v13(table: pa.Table) -> pa.Table:
     return table
 
 
+def _v13_to_v14(table: pa.Table) -> pa.Table:
+    """v14 added the iterations' lag-1 autocorrelation (*_iter_ac1_log): not
+    stored before, so null. Its iterations are in results/iterations, but an
+    upgrade reads one table; without it omni.swing does not test the runs."""
+    return table
+
+
 UPGRADES: dict[int, Callable[[pa.Table], pa.Table]] = {
     1: _v1_to_v2,
     2: _v2_to_v3,
@@ -367,6 +374,7 @@ UPGRADES: dict[int, Callable[[pa.Table], pa.Table]] = {
     10: _v10_to_v11,
     11: _v11_to_v12,
     12: _v12_to_v13,
+    13: _v13_to_v14,
 }
 
 

@@ -25,16 +25,7 @@ from omni.controls import control_failures, control_of, prompt_audit, seed_repli
 from omni.errors import OmniError
 from omni.heads import DENSE_HEAD, DENSE_HEAD_ERROR
 from omni.host import changed_conditions
-from omni.modes import (
-    Explanation,
-    Modes,
-    Swing,
-    detect_modes,
-    explain_modes,
-    runs_swing,
-    typical_within_variance,
-    within_df,
-)
+from omni.modes import Explanation, Modes, detect_modes, explain_modes
 from omni.objstore import local_copy, results_root
 from omni.ops import HEAD_RULE, STEP_KINDS
 from omni.provisioning import memory_refusal, provisioning_of
@@ -57,6 +48,7 @@ from omni.stats import (
 )
 from omni.store import load_ops, load_runs, unreadable_under
 from omni.store import profiled as is_profiled
+from omni.swing import Swing, iteration_noise, runs_swing
 
 # rows carry these rules from the runner; a comparison over such rows warns
 ROW_RULES = (
@@ -346,21 +338,24 @@ def _explain(rows: pd.DataFrame, metric: str, clusters, min_known: int = 2) -> E
 
 def arm_swing(frame: pd.DataFrame, arm: str, metric: str, min_swing: float) -> tuple[Swing, Explanation | None]:
     """Whether ``arm``'s runs differ by more than their own iterations'
-    noise implies (:func:`omni.modes.runs_swing`), and if so what telemetry
-    sets the worse runs apart (one run a side suffices: the chance that an
-    unrelated column does so is in the text)."""
+    noise implies, their lag-1 correlation allowed for
+    (:func:`omni.swing.runs_swing`; rows before v14 have none, and are not
+    tested), and if so what telemetry sets the worse runs apart (one run a
+    side suffices: the chance that an unrelated column does so is in the text)."""
     rows = frame.loc[(frame["arm"] == arm) & frame[metric].notna()]
     ids = rows["run_id"].astype(str).tolist() if "run_id" in rows.columns else None
-    spread = f"{metric}_iter_sd_log"
-    within, df = 0.0, math.inf
-    if spread in rows.columns and "iterations" in rows.columns:
-        with_spread = rows[rows[spread].notna()]
-        within = typical_within_variance(with_spread[spread].tolist(), with_spread["iterations"].tolist())
-        df = within_df(with_spread["iterations"].tolist())
-    swing = runs_swing(rows[metric].astype(float).tolist(), within, ids, min_swing, df=df)
+    columns = (f"{metric}_iter_sd_log", f"{metric}_iter_ac1_log", "iterations")
+    within = None
+    if all(c in rows.columns for c in columns):
+        within = iteration_noise(*(_floats(rows[c]) for c in columns))
+    swing = runs_swing(rows[metric].astype(float).tolist(), within, ids, min_swing)
     if not swing.found:
         return swing, None
     return swing, _explain(rows, metric, swing.clusters, min_known=1)
+
+
+def _floats(column: pd.Series) -> list[float | None]:
+    return [None if pd.isna(v) else float(v) for v in column]
 
 
 def sweep_states(frame: pd.DataFrame, arms, metrics, effects) -> tuple[dict, dict]:

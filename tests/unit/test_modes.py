@@ -1,6 +1,8 @@
 """Two states in an arm's runs: the detection's critical values regenerated,
-its null rate at several cv and n, its power against a 30 % swing at 6 runs
-(the figures docs/statistics.md reports), and what separates the states.
+its rate on continua of run levels (uniform, exponential, normal, skewed)
+at several spreads and n, its power against a 30 % swing at 6 runs (the
+figures docs/statistics.md reports), and what separates the states. Runs
+that differ beyond their iterations: tests/unit/test_swing.py.
 
 Simulations draw fixed seeds; every bound leaves at least 4 standard errors
 of the simulation (a test that fails one run in twenty helps nobody)."""
@@ -16,16 +18,13 @@ import pytest
 from omni.modes import (
     CRITICAL,
     MIN_RUNS,
-    SWING_ALPHA,
+    NULLS,
     critical_value,
     critical_values,
     detect_modes,
     explain_modes,
-    runs_swing,
     split_found,
     split_scores,
-    typical_within_variance,
-    within_df,
 )
 
 DRAWS = 20_000
@@ -36,35 +35,56 @@ def _margin(p: float, draws: int = DRAWS) -> float:
 
 
 def test_the_critical_table_is_the_simulated_95th_percentile():
-    """CRITICAL was drawn with 1,000,000 samples per n; fresh normal samples
-    at every n of the table exceed it 5 % of the time, and a fresh (smaller)
-    simulation lands near it. The statistic is scale-free, so one table
-    serves every cv."""
+    """CRITICAL was drawn with 1,000,000 samples per n and shape; fresh
+    samples of the shape that splits most at each n (uniform or
+    exponential) exceed it 5 % of the time, the other at most that, and a
+    fresh (smaller) simulation lands near it. The statistic is location- and
+    scale-free, so one table serves every spread."""
     rng = np.random.default_rng(11)
     for n, critical in CRITICAL.items():
-        statistic, _ = split_scores(rng.standard_normal((DRAWS, n)))
-        assert abs((statistic > critical).mean() - 0.05) < _margin(0.05), n
+        rates = [(split_scores(draw(rng, (DRAWS, n)))[0] > critical).mean() for draw in NULLS.values()]
+        assert max(rates) < 0.05 + _margin(0.05) and max(rates) > 0.05 - _margin(0.05), (n, rates)
     fresh = critical_values([6, 12], draws=50_000, seed=5)
     assert fresh[6] == pytest.approx(CRITICAL[6], rel=0.06) and fresh[12] == pytest.approx(CRITICAL[12], rel=0.04)
     assert list(CRITICAL.values()) == sorted(CRITICAL.values(), reverse=True)  # so the last serves above 30
     assert critical_value(4) is None and critical_value(60) == CRITICAL[30]
 
 
+def _unimodal(rng, shape: str, size: tuple[int, int]) -> np.ndarray:
+    """Standardised run levels (logs) of a unimodal ``shape``."""
+    if shape == "normal":
+        return rng.standard_normal(size)
+    if shape == "uniform":
+        return (rng.random(size) - 0.5) * math.sqrt(12)
+    if shape == "exponential":
+        return rng.exponential(1.0, size) - 1.0
+    if shape == "gamma 2":  # skewed, a mode inside
+        return (rng.gamma(2.0, 1.0, size) - 2.0) / math.sqrt(2)
+    return (rng.lognormal(0.0, 0.5, size) - math.exp(0.125)) / math.sqrt(math.expm1(0.25) * math.exp(0.25))
+
+
+SHAPES = ("normal", "uniform", "exponential", "gamma 2", "lognormal 0.5")
+
+
 @pytest.mark.parametrize("n", range(5, 13))
-def test_a_unimodal_arm_is_split_at_most_5_percent_of_the_time(n):
-    """Log-normal runs at cv 5 to 40 %, with the min_swing the summary uses
-    for times and rates (5 %): 5.0 % at every n and cv (docs/statistics.md)."""
+def test_a_continuum_of_run_levels_is_split_at_most_5_percent_of_the_time(n):
+    """Run levels spread 5 to 40 % (sd of the logs) in a unimodal shape,
+    plus 1 % noise, with the min_swing the summary uses for times and
+    rates (5 %): at most 5 % for every shape and spread; the shape that
+    splits most, near 5 % (docs/statistics.md)."""
     rng = np.random.default_rng(100 + n)
-    for cv in (0.05, 0.10, 0.20, 0.40):
-        logs = rng.standard_normal((DRAWS, n)) * math.sqrt(math.log1p(cv**2))
-        rate = split_found(logs, min_swing=0.05).mean()
-        assert rate < 0.05 + _margin(0.05), (n, cv, rate)
-        assert rate > 0.04 - _margin(0.04) or cv < 0.1  # not bought by a blunt test
+    for spread in (0.05, 0.10, 0.20, 0.40):
+        rates = {}
+        for shape in SHAPES:
+            logs = _unimodal(rng, shape, (DRAWS, n)) * spread + rng.standard_normal((DRAWS, n)) * 0.01
+            rates[shape] = split_found(logs, min_swing=0.05).mean()
+            assert rates[shape] < 0.05 + _margin(0.05), (n, spread, shape, rates[shape])
+        assert max(rates.values()) > 0.04 - _margin(0.04) or spread < 0.1  # not bought by a blunt test
 
 
 # (runs in the low state of 6, within-state noise per run) -> the detection
 # rate docs/statistics.md reports for a 30 % swing
-POWER_30 = {(3, 0.03): 0.92, (2, 0.03): 0.89, (3, 0.05): 0.48, (2, 0.05): 0.42, (3, 0.08): 0.16, (2, 0.08): 0.14}
+POWER_30 = {(3, 0.03): 0.76, (2, 0.03): 0.70, (3, 0.05): 0.28, (2, 0.05): 0.24, (3, 0.08): 0.08, (2, 0.08): 0.07}
 
 
 @pytest.mark.parametrize("low, noise", list(POWER_30))
@@ -79,7 +99,7 @@ def test_a_30_percent_swing_at_6_runs_is_found_as_documented(low, noise):
 def test_two_states_at_8_percent_noise_are_found_when_they_are_twice_apart():
     """The host's own swings (vLLM 480 / 1150, llama.cpp 2402 / 4742) are 2x and more."""
     rng = np.random.default_rng(2)
-    for low, documented in ((3, 0.92), (2, 0.88)):
+    for low, documented in ((3, 0.75), (2, 0.69)):
         logs = rng.standard_normal((DRAWS, 6)) * 0.08
         logs[:, low:] += math.log(2.0)
         assert abs(split_found(logs, 0.05).mean() - documented) < 0.01 + _margin(0.5)
@@ -171,41 +191,3 @@ def test_an_unrelated_column_separates_2_v_3_runs_one_time_in_5():
     ratio = np.median(low, 1) / np.median(high, 1)
     large = apart & ((ratio >= 1.5) | (ratio <= 1 / 1.5))
     assert large.mean() < apart.mean()  # the ratio rule lowers it, by how much depends on the column's spread
-
-
-def _runs(rng, draws: int, n: int, k: int, sd: float, shift: np.ndarray | None = None):
-    """draws x n runs of k log-normal iterations each: each run's median, its sd of logs."""
-    logs = rng.normal(0.0, sd, (draws, n, k)) + (0.0 if shift is None else shift[None, :, None])
-    return np.exp(np.median(logs, axis=2)), logs.std(axis=2, ddof=1)
-
-
-def _swing_rate(values, sds, k: int) -> float:
-    df = within_df([k] * values.shape[1])
-    found = [
-        runs_swing(list(v), typical_within_variance(list(s), [k] * len(s)), df=df).found for v, s in zip(values, sds)
-    ]
-    return float(np.mean(found))
-
-
-@pytest.mark.parametrize("n,k", [(3, 5), (5, 3), (8, 10)])
-def test_runs_of_one_state_are_said_to_differ_at_most_1_percent_of_the_time(n, k):
-    """Iterations independent, runs differing only by their iterations'
-    noise: the F test against the typical run's iteration spread keeps
-    its level (median of the per-run estimates, corrected to the variance)."""
-    rng = np.random.default_rng(100 + n)
-    values, sds = _runs(rng, 4000, n, k, 0.05)
-    rate = _swing_rate(values, sds, k)
-    assert rate <= SWING_ALPHA + 4.5 * math.sqrt(SWING_ALPHA * (1 - SWING_ALPHA) / 4000), rate
-
-
-def test_one_run_in_three_at_30_percent_slower_is_found_even_when_its_own_iterations_spread():
-    rng = np.random.default_rng(7)
-    shift = np.array([math.log(0.7), 0.0, 0.0])
-    values, sds = _runs(rng, 2000, 3, 5, 0.05, shift)
-    sds[:, 0] *= 4  # the disturbed run's iterations spread too, as a neighbour's do
-    assert _swing_rate(values, sds, 5) > 0.95
-    # and the runs are named: the slow one below the widest gap
-    swing = runs_swing([700.0, 1000.0, 1010.0], typical_within_variance([0.2, 0.05, 0.05], [5] * 3), ["a", "b", "c"])
-    assert swing.found and swing.clusters[0].run_ids == ("a",) and swing.clusters[1].run_ids == ("b", "c")
-    assert runs_swing([700.0, 1000.0], 0.001).reason == "fewer than 3 runs"
-    assert runs_swing([700.0, 1000.0, 990.0], 0.0).reason == "no iteration spread to compare with"

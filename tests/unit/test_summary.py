@@ -460,7 +460,7 @@ def test_a_comparison_of_two_sweeps_says_which_sweep_ran_an_arm_in_two_states_or
     steady = [1000.0, 1010.0, 990.0, 1005.0, 995.0, 1002.0]
     slow_fast = [480.0, 1150.0, 470.0, 1130.0, 495.0, 1160.0]
     _store_states(tmp_path, "b1", {"new": steady, "other": [1000.0, 1001.0, 640.0]}, {},
-                  decode_tok_s_iter_sd_log=0.01, iterations=5)  # fmt: skip
+                  decode_tok_s_iter_sd_log=0.01, decode_tok_s_iter_ac1_log=-0.2, iterations=5)  # fmt: skip
     _store_states(tmp_path, "b2", {"new": slow_fast, "other": [1000.0, 1001.0, 999.0]}, {"new": [4000, 90] * 3})
     result = compare_sweeps(tmp_path, "b1", "b2")
     assert result.judged[("new", "decode_tok_s")].bimodal == ("after",)
@@ -482,7 +482,7 @@ def test_a_nightly_change_made_by_one_disturbed_run_says_so(tmp_path):
     from omni.compare import nightly_changes
     from omni.report_compare import changes_markdown
 
-    iterated = {"decode_tok_s_iter_sd_log": 0.005, "iterations": 5}
+    iterated = {"decode_tok_s_iter_sd_log": 0.005, "decode_tok_s_iter_ac1_log": -0.2, "iterations": 5}
     for night, center in enumerate([100, 101, 99, 100.5, 99.5]):
         store_sweep(tmp_path, f"n{night}", {"a": [center - 0.5, center, center + 0.5]}, name="nightly", day=night,
                     columns=iterated)  # fmt: skip
