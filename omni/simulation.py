@@ -30,9 +30,12 @@ import numpy as np
 from omni.calibration import Applied
 from omni.changepoints import ALPHA as SHIFT_ALPHA
 from omni.changepoints import level_shifts
+from omni.modes import ALPHA as STATES_ALPHA
+from omni.modes import split_found
 from omni.plan import rotated_slot
 from omni.quantiles import percentile_bound
 from omni.stats import adjust_for_multiplicity, between_sweep_drift, compare, passes_needed, pooled_log_sd, summarize
+from omni.swing import SWING_ALPHA, swing_found
 
 METRIC = "decode_tok_s"  # a time-kind metric: its drift rules are the ones simulated
 # A default spec's primary level: 3 primary metrics share 4 % of the arm's 5 %.
@@ -203,6 +206,32 @@ def shift_false_alarms(rng, draws: int, sweeps: int, noise: float, drift: float,
     return Row("level shift reported in a steady history", setting, SHIFT_ALPHA, "at most", alarms / draws, draws)
 
 
+def swing_false_calls(rng, draws: int, runs: int, iterations: int, rho: float) -> Row:
+    """Runs of one level whose iterations follow an AR(1) (lag-1 correlation
+    ``rho``, 5 % sd): called 'runs differ beyond their iterations'."""
+    z = rng.standard_normal((draws, runs, iterations))
+    x = np.empty_like(z)
+    x[..., 0] = z[..., 0]
+    for t in range(1, iterations):
+        x[..., t] = rho * x[..., t - 1] + math.sqrt(1 - rho**2) * z[..., t]
+    rate = float(swing_found(0.05 * x).mean())
+    setting = f"{runs} runs of {iterations} iterations, lag-1 correlation {rho:g}"
+    return Row("runs called different beyond their iterations", setting, SWING_ALPHA, "at most", rate, draws)
+
+
+def states_false_calls(rng, draws: int, runs: int, shape: str) -> Row:
+    """Run levels of one unimodal spread (10 %, plus 1 % noise): split into two states."""
+    levels = {
+        "uniform": lambda: (rng.random((draws, runs)) - 0.5) * math.sqrt(12),
+        "exponential": lambda: rng.exponential(1.0, (draws, runs)) - 1,
+        "normal": lambda: rng.standard_normal((draws, runs)),
+    }[shape]()
+    logs = 0.10 * levels + rng.normal(0.0, 0.01, (draws, runs))
+    rate = float(split_found(logs, MIN_EFFECT).mean())
+    setting = f"{runs} runs, levels {shape} (10 % sd) + 1 % noise"
+    return Row("one spread called two states", setting, STATES_ALPHA, "at most", rate, draws)
+
+
 def _normal_quantile(q: float) -> float:
     from scipy.stats import norm
 
@@ -245,6 +274,10 @@ def table(quick: bool = False) -> Iterator[tuple[str, Maker]]:
         yield f"cross-{sweeps}-{noise}-{drift}", _bind(cross_sweep_aa, sweeps, noise, drift)
     for n in (6, 7, 10, 30):
         yield f"median-{n}", _bind(median_coverage, n, 0.3)
+    for runs, iterations, rho in ((3, 5, 0.0), (5, 5, 0.6), (8, 4, 0.6), (3, 10, 0.6), (8, 9, 0.3)):
+        yield f"swing-{runs}-{iterations}-{rho}", _bind(swing_false_calls, runs, iterations, rho)
+    for runs, shape in ((5, "uniform"), (6, "uniform"), (8, "exponential"), (12, "exponential"), (10, "normal")):
+        yield f"states-{runs}-{shape}", _bind(states_false_calls, runs, shape)
     for sweeps, noise, drift in ((5, 0.02, 0.01), (10, 0.05, 0.01), (30, 0.02, 0.02)):
         yield f"shift-{sweeps}-{noise}-{drift}", _bind(shift_false_alarms, sweeps, noise, drift)
     for n, q in ((32, 0.99), (299, 0.99), (29, 0.9), (16, 0.5)):
