@@ -368,19 +368,27 @@ def control_reach(summary: SweepSummary) -> str:
 
 
 def verdict_method(summary: SweepSummary) -> str:
-    """How the verdicts were reached: the interval, the blocking, the multiplicity adjustment."""
+    """How the verdicts were reached: the interval, the blocking, the
+    multiplicity adjustment, and the chance of a false call over the sweep's arms."""
     blocked = any(j.comparison and j.comparison.blocked for j in summary.judged.values())
     block = (
-        "arm + slot fitted in log space (slot as a blocking factor: passes rotate arms over slots)"
+        "arm + slot fitted in log space, each arm's own residual variance (slot as a blocking factor: passes "
+        "rotate arms over slots)"
         if blocked
-        else "Welch t interval"
+        else "a two-sample interval, each arm's own variance"
     )
     text = (
-        f"Verdicts: {block}, the ratio of geometric means of the run values, noise from these runs "
-        "(interleaved passes: drift cancels within the sweep)."
+        f"Verdicts: {block}, half-width by the generalized pivotal quantity; the ratio of geometric means of the "
+        "run values, noise from these runs (interleaved passes: drift cancels within the sweep)."
     )
     if summary.adjustment is not None:
         text += f" Multiplicity: {summary.adjustment.describe()}."
+        judged = len({arm for arm, _ in summary.judged})
+        if judged > 1:
+            text += (
+                f" This sweep judges {judged} arms against the baseline: the chance that some arm identical to it "
+                f"is called different on some metric is at most {min(1.0, judged * summary.adjustment.alpha):.0%}."
+            )
     return text
 
 

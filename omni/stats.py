@@ -16,17 +16,19 @@ smallest relative effect that matters (an equivalence margin):
 - ``inconclusive``: anything else; ``passes_needed`` says how many passes
   per arm would resolve an effect of min_effect.
 
-The interval: Welch's t interval on the difference of mean log run values
-(a ratio of geometric means; a run's value is the median of its
-iterations), df by Welch-Satterthwaite, with a known between-sweep ``drift``
-added to the variance when the two samples come from different sweeps
-(interleaving cancels drift only within a sweep). Noise is estimated from the
+The interval: on the difference of mean log run values (a ratio of
+geometric means; a run's value is the median of its iterations), each
+side's own variance, the half-width by Weerahandi's generalized pivotal
+quantity (:func:`generalized_half_width`): Welch's single Satterthwaite df
+misses more often than stated where the noisier side has fewer runs. A
+between-sweep ``drift`` adds to the variance when the two samples come from
+different sweeps (interleaving cancels drift only within a sweep), with the
+degrees of freedom it was estimated from. Noise is estimated from the
 compared data itself, hierarchically: the between-run variance of run
 values, floored per side by the variance of a run's median that the spread
-of its own iterations implies. At 3-5 passes it stays honest where
-a bootstrap does not: over A/A comparisons of log-normal data, 3.6 % false
-positives at 3 passes (tests/unit/test_stats.py simulates it), where a percentile
-bootstrap of the ratio of medians gave 8 % when the rule was chosen.
+of its own iterations implies (and by ``floor``, a memory figure's
+resolution). ``omni simulate`` (:mod:`omni.simulation`) checks every stated
+rate at the configurations users run.
 
 Where the runs of a sweep sit on several slots the interval is instead the
 arm coefficient of an arm + slot fit in log space (:func:`blocked_log_interval`).
@@ -293,13 +295,16 @@ def welch_log_interval(
     within: tuple[float, float] = (0.0, 0.0),
     drift_df: float = math.inf,
 ) -> tuple[float, float, float, float]:
-    """(difference of mean logs, its half-width, pooled sd of logs, df).
+    """(difference of mean logs, its half-width, pooled sd of logs, Welch's df).
 
-    Welch's two-sample t interval (Welch 1947, df by Satterthwaite 1946) on
-    log values; ``drift`` (a relative sd per sweep) adds 2 drift^2 to the
+    The two-sample interval on log values with each side's own variance
+    (the Behrens-Fisher problem), its half-width by
+    :func:`generalized_half_width` over the two variances' n - 1 degrees of
+    freedom; Welch's Satterthwaite df (Welch 1947) is returned for
+    reference. ``drift`` (a relative sd per sweep) adds 2 drift^2 to the
     variance of the difference, with ``drift_df`` degrees of freedom of its
-    own in the Satterthwaite sum (infinite: a drift taken as known; a
-    calibration from k sweeps estimates it from k - 1).
+    own (infinite: a drift taken as known; a calibration from k sweeps
+    estimates it from k - 1).
     ``within`` is, per side, the variance of one run's log value that its
     own iterations imply: the between-run variance of run values cannot be
     smaller, so a side whose few runs happened to agree is floored at it.
@@ -429,7 +434,7 @@ def compare(
     ``within``: per side, the variance of a run's log value implied by its
     iterations (:func:`within_run_variance`), a floor on the between-run one.
     ``blocks``: per side, the block (slot) of each value; where the runs span
-    2 blocks or more the interval is :func:`blocked_log_interval`'s, else Welch's.
+    2 blocks or more the interval is :func:`blocked_log_interval`'s, else :func:`welch_log_interval`'s.
     ``confidence`` is the interval's (:func:`adjust_for_multiplicity` sets it per metric).
     ``drift`` / ``drift_df``: the between-sweep drift and the degrees of
     freedom it was estimated from (infinite: taken as known).
