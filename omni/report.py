@@ -51,7 +51,7 @@ def verdict_text(judged: Judged) -> str:
     elif c.passes_needed:
         text += f", needs {c.passes_needed} passes"
     if c.identical:
-        text += f" (identical in {c.identical} runs: the interval is the {c.floor:.1%} resolution's)"
+        text += f" (identical in {c.identical} runs: the interval is the resolution's, {c.floor:.2g} of the value)"
     return text
 
 

@@ -66,11 +66,23 @@ ROW_RULES = (
 )
 
 
-# The least relative sd a memory figure's run is taken to have in a verdict:
-# the 0.2 % RssAnon moves on a shared host (DEFAULT_FLOORS). Identical values
-# a side would otherwise give x1.000 [1.000, 1.000], and one 4 KiB page more
-# a "worse" verdict.
-MEMORY_RESOLUTION = DEFAULT_FLOORS["memory"]
+# The least a memory figure's run is taken to move in a verdict: one page.
+# Memory is counted in pages and can repeat to the page run after run;
+# without a floor two identical values a side gave x1.000 [1.000, 1.000],
+# and one 4 KiB page more a "worse" verdict. A page of spread a run keeps
+# that from happening at few runs; over many runs a steady page apart is a
+# real difference, and reads below min_effect.
+MEMORY_RESOLUTION_BYTES = 4096
+BYTES_PER_UNIT = {"MiB": 2**20, "B": 1}
+
+
+def memory_floor(metric: str, values: list[float]) -> float:
+    """One page, relative to the metric's median value (0 for a metric that is not memory)."""
+    unit = COLUMNS_BY_NAME[metric].unit
+    positive = [v for v in values if v > 0]
+    if unit not in BYTES_PER_UNIT or not positive:
+        return 0.0
+    return MEMORY_RESOLUTION_BYTES / (float(np.median(positive)) * BYTES_PER_UNIT[unit])
 
 
 def default_floor(metric: str) -> float:
@@ -263,8 +275,8 @@ def judge(
     ``confidence``: the interval's level (:func:`omni.stats.adjust_for_multiplicity`);
     ``block``: the column whose value is a blocking factor (:data:`BLOCK`);
     ``drift_df``: the degrees of freedom the drift was measured from (infinite: taken as known).
-    A memory metric's runs are given a least relative sd of :data:`MEMORY_RESOLUTION`:
-    a figure that repeats to the byte has no spread to see, and none would
+    A memory metric's runs are given a least sd of one page (:func:`memory_floor`):
+    a figure that repeats to the page has no spread to see, and none would
     make an interval of width zero."""
     warnings = tuple(_row_warnings(base, base_arm) + _row_warnings(other, arm))
     if metric_kind(metric) == "memory":
@@ -288,7 +300,7 @@ def judge(
         min_effect=min_effect,
         drift=drift,
         drift_df=drift_df,
-        floor=MEMORY_RESOLUTION if metric_kind(metric) == "memory" else 0.0,
+        floor=memory_floor(metric, _values(base, base_arm, metric) + _values(other, arm, metric)),
         confidence=confidence,
         within=(_within(base, base_arm, metric), _within(other, arm, metric)),
         blocks=(_blocks(base, base_arm, metric, block), _blocks(other, arm, metric, block)) if block else None,

@@ -589,3 +589,28 @@ def test_two_wild_runs_a_side_summarize_to_an_unbounded_interval_and_strict_json
     record = json.loads(Path(paths["json"]).read_text(), parse_constant=lambda name: pytest.fail(name))
     (judged,) = [j for j in record["against_baseline"] if j["arm"] == "b" and j["metric"] == "load_s"]
     assert judged["ci_high"] is None and judged["ratio"] == pytest.approx(c.ratio)
+
+
+def test_identical_memory_values_never_give_an_interval_of_width_zero():
+    """Two identical RssAnon values a side, through the judge a summary uses:
+    one page of spread a run, so the interval has width and says the values
+    were identical; one page more is no longer 'worse [1.0000, 1.0000]' but
+    equivalent within min_effect."""
+    import pandas as pd
+
+    from omni.summary import judge
+
+    def frame(a, b):
+        n = len(a) + len(b)
+        return pd.DataFrame(
+            {"arm": ["a"] * len(a) + ["b"] * len(b), "rss_anon_steady_mb": a + b, "warning_rules": [[]] * n}
+        )
+
+    same = judge(frame([512.0, 512.0], [512.0, 512.0]), frame([512.0, 512.0], [512.0, 512.0]), "a", "b",
+                 "rss_anon_steady_mb", 0.01, confidence=0.9867).comparison  # fmt: skip
+    assert same.ci_high > same.ci_low and same.identical == 4 and same.floor == pytest.approx(4096 / 2**29)
+    page = 4096 / 2**20
+    apart = frame([512.0, 512.0], [512.0 + page, 512.0 + page])
+    assert judge(apart, apart, "a", "b", "rss_anon_steady_mb", 0.01, confidence=0.9867).comparison.verdict == (
+        "equivalent"
+    )
