@@ -539,7 +539,8 @@ class Adjustment:
             return text
         return (
             f"{text}; passes: auto, each metric's share spent over the looks at passes 3 to {self.look[1]} "
-            f"(alpha (n/{self.look[1]})^2): the look after pass {self.look[0]} is at "
+            f"by group-sequential boundaries (alpha (n/{self.look[1]})^2 spent by pass n): the look after pass "
+            f"{self.look[0]} is at "
             f"primary {level(self.primary, self.confidence)}, the others {level(self.secondary, self.confidence)}"
             + (f"; {self.stopped}" if self.stopped else "")
         )
