@@ -34,6 +34,7 @@ from omni.modes import ALPHA as STATES_ALPHA
 from omni.modes import split_found
 from omni.plan import rotated_slot
 from omni.quantiles import percentile_bound
+from omni.sequential import FIRST_LOOK, decide, look_confidence, passes_to_stop
 from omni.stats import adjust_for_multiplicity, between_sweep_drift, compare, passes_needed, pooled_log_sd, summarize
 from omni.swing import SWING_ALPHA, swing_found
 
@@ -232,6 +233,36 @@ def states_false_calls(rng, draws: int, runs: int, shape: str) -> Row:
     return Row("one spread called two states", setting, STATES_ALPHA, "at most", rate, draws)
 
 
+def auto_passes(rng, draws: int, max_passes: int, sd: float, effect: float) -> Row:
+    """``passes: auto`` on one arm against the baseline, 2 slots: a pass of
+    both at a time, a look from pass 3 on at the look's level
+    (:func:`omni.sequential.look_confidence`), stopped by
+    :func:`omni.sequential.decide`. A/A (``effect`` 0): called better or
+    worse at the stop, stated at most the metric's error. An effect:
+    settled ``worse`` by the passes :func:`omni.sequential.passes_to_stop`
+    names, stated at least 80 %."""
+    goal = "equivalence" if effect == 0 else "difference"
+    need = passes_to_stop(effect or MIN_EFFECT, sd, LEVEL, max_passes, goal=goal)
+    hits = 0
+    for _ in range(draws):
+        (b, bs), (o, os_) = _pair(rng, 2, (max_passes, max_passes), (sd, sd), math.log1p(-effect))
+        for n in range(FIRST_LOOK, max_passes + 1):
+            level = look_confidence(LEVEL, n, max_passes)
+            c = compare(b[:n], o[:n], better="higher", min_effect=MIN_EFFECT, confidence=level,
+                        blocks=(bs[:n], os_[:n]))  # fmt: skip
+            if decide({("o", METRIC): c}, n, max_passes).stop:
+                break
+        if effect == 0:
+            hits += c.verdict in ("better", "worse")
+        else:
+            hits += c.verdict == "worse" and n <= need
+    if effect == 0:
+        setting = f"A/A, noise {sd:.0%}, max_passes {max_passes}, 2 slots"
+        return Row("passes: auto, A/A called different at its stop", setting, 1 - LEVEL, "at most", hits / draws, draws)
+    setting = f"{effect:.0%} slower, noise {sd:.0%}, max_passes {max_passes}: by pass {need}"
+    return Row("passes: auto settles it by the passes it names", setting, 0.8, "at least", hits / draws, draws)
+
+
 def _normal_quantile(q: float) -> float:
     from scipy.stats import norm
 
@@ -274,6 +305,8 @@ def table(quick: bool = False) -> Iterator[tuple[str, Maker]]:
         yield f"cross-{sweeps}-{noise}-{drift}", _bind(cross_sweep_aa, sweeps, noise, drift)
     for n in (6, 7, 10, 30):
         yield f"median-{n}", _bind(median_coverage, n, 0.3)
+    for max_passes, sd, effect in ((12, 0.10, 0.0), (20, 0.02, 0.0), (20, 0.05, 0.20), (20, 0.10, 0.20)):
+        yield f"auto-{max_passes}-{sd}-{effect}", _bind(auto_passes, max_passes, sd, effect)
     for runs, iterations, rho in ((3, 5, 0.0), (5, 5, 0.6), (8, 4, 0.6), (3, 10, 0.6), (8, 9, 0.3)):
         yield f"swing-{runs}-{iterations}-{rho}", _bind(swing_false_calls, runs, iterations, rho)
     for runs, shape in ((5, "uniform"), (6, "uniform"), (8, "exponential"), (12, "exponential"), (10, "normal")):
