@@ -14,8 +14,8 @@ start something is replaced by a stand-in that returns at once, so every
 check before it still runs: ``serve`` (the deployments), ``worker`` (the
 Prefect worker), ``hosts`` (the Prefect client), ``stack up/down/status``
 (PostgreSQL, Prefect, SeaweedFS), ``env build`` (an engine env),
-``models make`` (the model env) and ``calibrate`` without ``--from`` (its
-sweeps). Those commands are fuzzed for what they refuse before they start.
+``models make`` (the model env), ``calibrate`` without ``--from`` (its
+sweeps) and ``simulate`` (minutes of simulated sweeps). Those commands are fuzzed for what they refuse before they start.
 
 Deterministic: the walk is a fixed list, the combinations are hypothesis's
 ``derandomize``d draws, so CI sees the same calls each time.
@@ -173,6 +173,7 @@ def nothing_starts():
         mp.setattr("omni.envs.build_env", lambda root, name: (envs.env_spec(name), Stand())[1])  # the name is checked
         mp.setattr("omni.resources.make_model", lambda *a, **k: {"hf_sha256": "h", "gguf": {}})
         mp.setattr(cli, "run_local_sweep", lambda *a, **k: "sw1")
+        mp.setattr("omni.simulation.simulate", lambda draws, seed, quick: [])  # minutes of simulation
         if hasattr(cli, "start_ephemeral_server"):
             mp.setattr(cli, "start_ephemeral_server", lambda *a, **k: None)
         mp.delenv("PREFECT_API_URL", raising=False)
