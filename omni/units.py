@@ -78,13 +78,23 @@ RATIO_SHOWN = (0.001, 1000.0)
 
 
 def ratio_interval(low: float, high: float) -> str:
-    """``[0.903, 1.004]``; a bound beyond 1/1000 or 1000 as ``<0.001`` or ``>1000``."""
+    """``[0.903, 1.004]``; a bound beyond 1/1000 or 1000 as ``<0.001`` or
+    ``>1000``. An interval narrower than three decimals show gets the
+    decimals that tell its bounds apart (up to 7): a memory figure's
+    interval can be a page wide, and ``[1.000, 1.000]`` would read as no
+    spread at all."""
+    decimals = 3
+    while decimals < 7 and low < high and f"{low:.{decimals}f}" == f"{high:.{decimals}f}":
+        decimals += 1
+    # past 3 decimals the bounds are rounded outwards, so a narrow interval that holds 1 still shows it
+    low = math.floor(low * 10**decimals) / 10**decimals if decimals > 3 and math.isfinite(low) else low
+    high = math.ceil(high * 10**decimals) / 10**decimals if decimals > 3 and math.isfinite(high) else high
 
     def bound(value: float) -> str:
         if value < RATIO_SHOWN[0]:
             return f"<{RATIO_SHOWN[0]:g}"
         if value > RATIO_SHOWN[1]:
             return f">{RATIO_SHOWN[1]:g}"
-        return f"{value:.3f}"
+        return f"{value:.{decimals}f}"
 
     return f"[{bound(low)}, {bound(high)}]"

@@ -348,3 +348,10 @@ def test_calibration_provenance_retraction_and_the_small_ones():
     assert render.key_values({"prefect": "up", "s3": "down"}) == "prefect  up\ns3       down"
     manifest = {"hf_sha256": "h", "gguf": {"bf16": {"file": "m.gguf", "sha256": "g"}}}
     assert render.model_made("tiny", manifest) == "tiny: hf sha256 h\n  m.gguf: sha256 g"
+
+
+def test_a_narrow_interval_shows_the_decimals_that_tell_its_bounds_apart_rounded_outwards():
+    # a memory figure a page wide: not [1.000, 1.000], and still holding 1
+    assert ratio_interval(0.99995, 1.00005) == "[0.9999, 1.0001]"
+    assert ratio_interval(3.73412, 3.73418) == "[3.7341, 3.7342]"
+    assert ratio_interval(1.0, 1.0) == "[1.000, 1.000]"  # truly no width: nothing to tell apart
