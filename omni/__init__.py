@@ -29,6 +29,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "omni.errors",
             "omni.procfs",
             "omni.topology",
+            "omni.intervals",
             "omni.stats",
             "omni.quantiles",
             "omni.iterations",

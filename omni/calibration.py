@@ -32,9 +32,10 @@ import pandas as pd
 
 from omni.columns import COLUMNS_BY_NAME, metric_columns
 from omni.errors import OmniError
+from omni.intervals import pooled_log_sd
 from omni.objstore import ResultsPath, results_root, write_text_once
 from omni.retract import ok_rows
-from omni.stats import DEFAULT_DRIFT, MIN_DRIFT, between_sweep_drift, pooled_log_sd
+from omni.stats import DEFAULT_DRIFT, MIN_DRIFT, between_sweep_drift
 
 MEMORY_UNITS = ("MiB", "B")
 
@@ -136,7 +137,7 @@ def load_calibrations(results: Path, host: str | None) -> list[tuple[Path, dict]
 # k - 1 degrees of freedom, and from 2 (one) an A/A pair compared across
 # sweeps was called different 3.6-22 % of the time at a stated 1.3 %
 # (omni simulate). From 3 on, the interval carries the estimate's own
-# degrees of freedom (omni.stats.generalized_half_width).
+# degrees of freedom (omni.intervals.generalized_half_width).
 MIN_DRIFT_SWEEPS = 3
 
 

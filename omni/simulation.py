@@ -30,12 +30,13 @@ import numpy as np
 from omni.calibration import Applied
 from omni.changepoints import ALPHA as SHIFT_ALPHA
 from omni.changepoints import level_shifts
+from omni.intervals import pooled_log_sd
 from omni.modes import ALPHA as STATES_ALPHA
 from omni.modes import split_found
 from omni.plan import rotated_slot
 from omni.quantiles import percentile_bound
 from omni.sequential import FIRST_LOOK, decide, look_confidence, passes_to_stop
-from omni.stats import adjust_for_multiplicity, between_sweep_drift, compare, passes_needed, pooled_log_sd, summarize
+from omni.stats import adjust_for_multiplicity, between_sweep_drift, compare, passes_needed, summarize
 from omni.swing import SWING_ALPHA, swing_found
 
 METRIC = "decode_tok_s"  # a time-kind metric: its drift rules are the ones simulated

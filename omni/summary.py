@@ -25,6 +25,7 @@ from omni.controls import control_failures, control_of, prompt_audit, seed_repli
 from omni.errors import OmniError
 from omni.heads import DENSE_HEAD, DENSE_HEAD_ERROR
 from omni.host import changed_conditions
+from omni.intervals import pooled_log_sd
 from omni.modes import Explanation, Modes, detect_modes, explain_modes
 from omni.objstore import local_copy, results_root
 from omni.ops import HEAD_RULE, STEP_KINDS
@@ -42,7 +43,6 @@ from omni.stats import (
     Summary,
     adjust_for_multiplicity,
     compare,
-    pooled_log_sd,
     summarize,
     within_run_variance,
 )

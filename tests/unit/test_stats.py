@@ -9,17 +9,15 @@ import math
 import numpy as np
 import pytest
 
+from omni.intervals import blocked_log_interval, generalized_half_width, welch_log_interval
 from omni.stats import (
     adjust_for_multiplicity,
-    blocked_log_interval,
     compare,
     describe,
     drift_allows,
-    generalized_half_width,
     min_max_coverage,
     passes_needed,
     summarize,
-    welch_log_interval,
     within_run_variance,
 )
 from omni.units import ratio_interval
