@@ -34,8 +34,8 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from omni import stack  # noqa: E402
-from omni.store import load_runs  # noqa: E402
+from omni.fleet import stack  # noqa: E402
+from omni.store.dataset import load_runs  # noqa: E402
 
 OMNI = str(REPO / ".venv" / "bin" / "omni")
 

@@ -36,11 +36,12 @@ import tempfile
 from pathlib import Path
 from typing import NamedTuple
 
-from omni.envs import env_dir
-from omni.placement import numactl_path, pin_argv
-from omni.store import load_iterations
-from omni.sweep import REPO_ROOT, run_once
-from omni.topology import allocate_slots, format_cpulist, read_topology
+from omni.cpulist import format_cpulist
+from omni.envs.build import env_dir
+from omni.host.placement import numactl_path, pin_argv
+from omni.host.topology import allocate_slots, read_topology
+from omni.store.dataset import load_iterations
+from omni.sweep.prepare import REPO_ROOT, run_once
 
 
 def omni_arm(args: argparse.Namespace) -> dict:
@@ -206,7 +207,7 @@ def main() -> None:
 
 
 def _cpus(text: str) -> list[int]:
-    from omni.topology import parse_cpulist
+    from omni.cpulist import parse_cpulist
 
     return parse_cpulist(text)
 

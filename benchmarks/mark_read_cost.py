@@ -27,7 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-from omni.procfs import read_numa_maps, read_pss_anon_kib
+from omni.measure.procfs import read_numa_maps, read_pss_anon_kib
 
 HOLDER = """
 import mmap, sys

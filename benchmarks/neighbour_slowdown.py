@@ -48,8 +48,8 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from omni.request import SweepRequest  # noqa: E402
-from omni.sweep import prepare_sweep, run_and_store  # noqa: E402
+from omni.sweep.prepare import prepare_sweep, run_and_store  # noqa: E402
+from omni.sweep.request import SweepRequest  # noqa: E402
 
 PERIOD_S = 0.1
 
@@ -158,7 +158,7 @@ def main() -> None:
     }
     (folder / "spec.yaml").write_text(yaml.safe_dump(spec))
     if args.engine == "omp":
-        from omni.topology import parse_cpulist
+        from omni.cpulist import parse_cpulist
 
         cpus = parse_cpulist(args.cpus)
         prepared = None

@@ -25,12 +25,12 @@ from pathlib import Path
 
 import yaml
 
-from omni.ops import op_lines
-from omni.request import SweepRequest
-from omni.store import load_runs
-from omni.store import profiled as is_profiled
-from omni.summary import sweep_ops
-from omni.sweep import prepare_sweep, run_and_store
+from omni.measure.ops import op_lines
+from omni.report.summary import sweep_ops
+from omni.store.dataset import load_runs
+from omni.store.dataset import profiled as is_profiled
+from omni.sweep.prepare import prepare_sweep, run_and_store
+from omni.sweep.request import SweepRequest
 
 ARM = {
     "name": "bf16",

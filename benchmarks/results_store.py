@@ -40,9 +40,10 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from omni import compaction, store  # noqa: E402
-from omni.compare import history_columns  # noqa: E402
-from omni.objstore import S3Path, results_root  # noqa: E402
+from omni.history.compare import history_columns  # noqa: E402
+from omni.store import compaction  # noqa: E402
+from omni.store import dataset as store  # noqa: E402
+from omni.store.objstore import S3Path, results_root  # noqa: E402
 
 REGRESSION_COLUMNS = history_columns()  # what `omni regressions` reads of every run
 SWEEPS = [400]  # --sweeps

@@ -36,8 +36,8 @@ import sys
 import threading
 import time
 
-from omni.procfs import ThreadSchedReader, read_threads_sched
-from omni.sampler import TreeSampler
+from omni.measure.procfs import ThreadSchedReader, read_threads_sched
+from omni.measure.sampler import TreeSampler
 
 WORKLOAD = r"""
 import mmap, subprocess, sys, threading, time

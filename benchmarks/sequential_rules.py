@@ -3,12 +3,12 @@
 Each simulated sweep draws log-normal run values (one run's relative noise
 ``cv``) for a baseline and some arms, then looks after every pass from the
 third on as a sweep does: every arm against the baseline on each judged
-primary metric with omni.stats.compare, at each look's levels, and
-omni.sequential.decide on them; it stops where decide stops. Two rules on
+primary metric with omni.stats.verdicts.compare, at each look's levels, and
+omni.stats.sequential.decide on them; it stops where decide stops. Two rules on
 the same draws:
 
 - ``boundaries``: omni's rule, the group-sequential boundaries
-  (omni.sequential.look_levels);
+  (omni.stats.sequential.look_levels);
 - ``bonferroni``: the same spending, alpha_m (n/N)^2, but each look's
   interval at 1 - its own slice (Bonferroni over the looks: valid whatever
   the looks' dependence, and conservative), :func:`bonferroni_levels`.
@@ -16,7 +16,7 @@ the same draws:
 Part 1 (A/A, the boundaries alone): the rate at which an arm is called
 better or worse on a metric, per (arm, metric), at the stop and at any look
 before it, against that metric's alpha_m (its Bonferroni share from
-omni.stats.adjust_for_multiplicity: primaries decode_tok_s and ttft_ms,
+omni.stats.verdicts.adjust_for_multiplicity: primaries decode_tok_s and ttft_ms,
 2 % each), with 2 arms against one baseline at noise 2, 10 and 30 % and
 max_passes 12 and 20, 4 arms, and unequal noise (1:5). The bound: alpha_m
 plus 4 Monte Carlo standard errors; the exit status is 1 past it.
@@ -24,7 +24,7 @@ plus 4 Monte Carlo standard errors; the exit status is 1 past it.
 Part 2 (both rules, same draws): passes to stop for a 20 % slowdown at 5,
 15 and 30 % noise and for an A/A pair at 2 % noise, one arm on
 decode_tok_s at a default spec's primary level (4 %/3), max_passes 20,
-and how often the verdict omni.sequential.passes_to_stop plans for has
+and how often the verdict omni.stats.sequential.passes_to_stop plans for has
 come in by the passes it names.
 
     .venv/bin/python benchmarks/sequential_rules.py [--draws 4000] [--seed 1] [--part 1|2] [--jobs 2]
@@ -49,10 +49,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from omni.columns import COLUMNS_BY_NAME  # noqa: E402
-from omni.sequential import FIRST_LOOK, decide, look_alpha, look_levels, passes_to_stop  # noqa: E402
-from omni.spec.sweep import DEFAULT_PRIMARY_METRICS  # noqa: E402
-from omni.stats import Adjustment, adjust_for_multiplicity, compare  # noqa: E402
+from omni.spec.settings import DEFAULT_PRIMARY_METRICS  # noqa: E402
+from omni.stats.sequential import FIRST_LOOK, decide, look_alpha, look_levels, passes_to_stop  # noqa: E402
+from omni.stats.verdicts import Adjustment, adjust_for_multiplicity, compare  # noqa: E402
+from omni.store.columns import COLUMNS_BY_NAME  # noqa: E402
 
 MIN_EFFECT = 0.05
 CALLED = ("better", "worse")
@@ -124,7 +124,7 @@ def draw(rng: np.random.Generator, setting: Setting) -> tuple[dict, list[dict]]:
 
 def run_rule(base: dict, arms: list[dict], setting: Setting, levels: Levels) -> Outcome:
     """The sweep on these draws under ``levels``: look after each pass from
-    the third, judge with omni.stats.compare, stop where omni.sequential.decide says."""
+    the third, judge with omni.stats.verdicts.compare, stop where omni.stats.sequential.decide says."""
     adjustment = setting.adjustment()
     ever: dict[tuple[str, str], bool] = {}
     for n in range(FIRST_LOOK, setting.max_passes + 1):
@@ -228,7 +228,7 @@ def passes_settings() -> list[Setting]:
 
 
 def planned(setting: Setting) -> tuple[int, str]:
-    """omni's planner for the setting (omni.sequential.passes_to_stop, 80 %
+    """omni's planner for the setting (omni.stats.sequential.passes_to_stop, 80 %
     power) and the verdict it plans for: a ratio r is an effect of 1/r - 1
     the other way round; no effect is equivalence within min_effect."""
     level = setting.adjustment().confidence["decode_tok_s"]

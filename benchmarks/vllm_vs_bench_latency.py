@@ -35,12 +35,13 @@ from pathlib import Path
 
 import yaml
 
+from omni.cpulist import format_cpulist
 from omni.engines.vllm import batched_tokens
-from omni.placement import numactl_path, pin_argv
-from omni.request import SweepRequest
-from omni.store import load_iterations
-from omni.sweep import REPO_ROOT, prepare_sweep, run_and_store
-from omni.topology import allocate_slots, format_cpulist, read_topology
+from omni.host.placement import numactl_path, pin_argv
+from omni.host.topology import allocate_slots, read_topology
+from omni.store.dataset import load_iterations
+from omni.sweep.prepare import REPO_ROOT, prepare_sweep, run_and_store
+from omni.sweep.request import SweepRequest
 
 
 def omni_arm(args: argparse.Namespace) -> dict:

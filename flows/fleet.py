@@ -21,11 +21,11 @@ from prefect.states import Completed, Crashed, Failed
 
 from flows.runs import failure_summary, run_items, warn_host_conditions, watch_worker
 from omni.errors import OmniError
-from omni.fleet import SHARD_DEPLOYMENT, SYSFS_VAR, HostState, queue_name, read_hosts
-from omni.provenance import HOST_VAR
-from omni.request import SweepRequest
-from omni.store import load_runs
-from omni.sweep import OUTCOME_KEYS, SKIPPED, PreparedSweep, Shard, item_outcome, prepare_sweep, row_outcome
+from omni.fleet.hosts import SHARD_DEPLOYMENT, SYSFS_VAR, HostState, queue_name, read_hosts
+from omni.host.provenance import HOST_VAR
+from omni.store.dataset import load_runs
+from omni.sweep.prepare import OUTCOME_KEYS, SKIPPED, PreparedSweep, Shard, item_outcome, prepare_sweep, row_outcome
+from omni.sweep.request import SweepRequest
 
 POLL_S = 2.0
 # a part may take this long past its runs' own timeouts (worker start, flow-run start, storing)

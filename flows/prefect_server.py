@@ -15,7 +15,7 @@ settings still apply.
 The server dies with this process: stopped at exit, and sent SIGTERM by the
 kernel should this process die first (``PR_SET_PDEATHSIG``). That signal
 follows the thread that started the server, so start it from the main thread
-(a run's engine is started from a worker thread; omni.reaper handles those).
+(a run's engine is started from a worker thread; omni.run.reaper handles those).
 """
 
 from __future__ import annotations
@@ -180,7 +180,7 @@ def preload_flow_modules() -> None:
     import prefect.flow_engine  # noqa: F401
     import prefect.task_engine  # noqa: F401
 
-    from omni.report_html import preload
+    from omni.report.html import preload
 
     preload()
 

@@ -2,7 +2,7 @@
 ``sweep`` flow and a fleet host's ``sweep-shard`` flow.
 
 Runs go to the slots concurrently (one run per slot, plan order,
-:func:`omni.schedule.dispatch`) as tasks on Prefect's thread-pool runner.
+:func:`omni.run.schedule.dispatch`) as tasks on Prefect's thread-pool runner.
 """
 
 from __future__ import annotations
@@ -14,14 +14,14 @@ from prefect import get_run_logger, task
 from prefect.cache_policies import NONE
 from prefect.runtime import flow_run
 
-from omni.engine_process import RUNS
 from omni.errors import disk_full
-from omni.host import check, moving_conditions
-from omni.plan import PlanItem
-from omni.reaper import watch_parent
-from omni.runner import RunContext
-from omni.schedule import dispatch
-from omni.sweep import SKIPPED, item_outcome, row_outcome, run_and_store
+from omni.host.conditions import check, moving_conditions
+from omni.run.engine_process import RUNS
+from omni.run.plan import PlanItem
+from omni.run.reaper import watch_parent
+from omni.run.runner import RunContext
+from omni.run.schedule import dispatch
+from omni.sweep.prepare import SKIPPED, item_outcome, row_outcome, run_and_store
 
 
 @task(name="run-arm", cache_policy=NONE, task_run_name="{item.arm.name}-pass{item.pass_index}-slot{item.slot.index}")
@@ -81,7 +81,7 @@ def run_items(prepared, items: list[PlanItem] | None = None) -> list[dict]:
     TerminationSignal, Ctrl-C as KeyboardInterrupt), it stops every run still
     going before it lets go: their engines are reaped and they store no row,
     before Prefect records the state, within the worker's grace
-    (omni.engine_process.LiveRuns says what happened without it).
+    (omni.run.engine_process.LiveRuns says what happened without it).
     """
     RUNS.reopen()
     try:
@@ -95,7 +95,7 @@ def run_items(prepared, items: list[PlanItem] | None = None) -> list[dict]:
 
 
 def start_warnings(prepared) -> list[str]:
-    """This host's settings that would move the sweep's numbers (omni.host),
+    """This host's settings that would move the sweep's numbers (omni.host.conditions),
     the slots' CPUs asked about; none for a fleet's coordinator (each host
     warns of its own) or a fixture topology (not this host's)."""
     if prepared.fleet or prepared.context.simulate_placement:
@@ -112,7 +112,7 @@ def warn_host_conditions(prepared) -> None:
 
 def watch_worker() -> None:
     """A flow run a worker started ends when its worker dies, Crashed, its engines
-    reaped (omni.reaper.watch_parent). Prefect sets PREFECT__FLOW_RUN_ID in the
+    reaped (omni.run.reaper.watch_parent). Prefect sets PREFECT__FLOW_RUN_ID in the
     process a worker (or ``omni serve``) starts; ``omni sweep`` runs its flow in
     its own process, where a watchdog per run does that job."""
     if not os.environ.get("PREFECT__FLOW_RUN_ID"):

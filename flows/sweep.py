@@ -16,16 +16,16 @@ from prefect.states import Completed, Failed
 
 from flows.fleet import run_fleet
 from flows.runs import failure_summary, run_items, warn_host_conditions, watch_worker
-from omni.compaction import CONSOLIDATE_AT, compact_sweep, consolidate
-from omni.compare import Change, nightly_changes, sweep_history
 from omni.errors import OmniError, disk_full
-from omni.objstore import results_root
-from omni.report import summary_markdown, write_outputs
-from omni.report_html import html_report
-from omni.request import SweepRequest, request_parameters
-from omni.summary import summarize_sweep
-from omni.sweep import SKIPPED, prepare_sweep, run_sweep_rounds, take_over, write_manifest
-from omni.units import ratio_interval
+from omni.history.compare import Change, nightly_changes, sweep_history
+from omni.report.html import html_report
+from omni.report.markdown import summary_markdown, write_outputs
+from omni.report.summary import summarize_sweep
+from omni.report.units import ratio_interval
+from omni.store.compaction import CONSOLIDATE_AT, compact_sweep, consolidate
+from omni.store.objstore import results_root
+from omni.sweep.prepare import SKIPPED, prepare_sweep, run_sweep_rounds, write_manifest
+from omni.sweep.request import SweepRequest, request_parameters
 
 
 def publish_artifacts(sweep_id: str, results: str, outcomes: list[dict], failed: list[dict]) -> None:
@@ -123,7 +123,7 @@ def publish_regressions(sweep_id: str, regressions: list[Change]) -> None:
 def sweep(request: SweepRequest):
     """Load the spec, plan it, run every (arm, pass) on the free slots, tabulate.
 
-    The parameters are :class:`omni.request.SweepRequest`'s fields, as
+    The parameters are :class:`omni.sweep.request.SweepRequest`'s fields, as
     ``omni sweep``'s options: a resume runs only that sweep's runs not stored
     yet; a sysfs root other than ``/`` plans slots on a fixture host's
     topology (placement recorded, not applied); ``fail_on_regression`` (the
@@ -132,7 +132,7 @@ def sweep(request: SweepRequest):
     sends each host its part as a ``sweep-shard`` flow run (flows/fleet.py).
     """
     watch_worker()
-    prepared = take_over(request) or prepare_sweep(request)
+    prepared = prepare_sweep(request)
     log = get_run_logger()
     write_manifest(prepared)
     where = (

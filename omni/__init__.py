@@ -1,18 +1,25 @@
 """omni: multi-pass, NUMA-pinned benchmark sweeps of CPU LLM inference.
 
-Layers, bottom to top. A module imports only from its own layer or below,
-and no import cycle exists, function-local imports included;
-tests/unit/test_layers.py holds the code to both (``LAYERS`` is what it reads).
+The package is cut by subsystem; each subpackage's docstring says its job and
+the layer of each of its modules. The layers, bottom to top: a module imports
+only from its own layer or below, and no import cycle exists, function-local
+imports included. tests/unit/test_layers.py holds the code to every rule
+stated here (``LAYERS``, ``ENGINE_SIDE``, ``ENGINE_LIBRARIES``, ``PREFECT``).
 
-1. pure: facts and arithmetic with no side effects beyond reading a file they
-   are given; ``engines`` and ``vllm_plugin`` also run inside engine envs, so
-   they import nothing of the orchestrator.
-2. system: processes, files and the machine: placement, sampling, locks on
-   nothing but the OS, engine envs, the results store.
-3. run: one run of one arm: its plan item, CPU locks, the engine process.
-4. sweep: a sweep's preparation, its runs, and what is concluded from them.
-5. flows: Prefect flows and tasks, thin wrappers of layer 4.
-6. cli: the ``omni`` command and what it prints.
+1. engine side: code that also runs inside engine envs, which hold an engine
+   and not omni's dependencies: the standard library, the engine's own
+   libraries (``ENGINE_LIBRARIES``) and each other, nothing else of omni.
+2. facts: parsing, arithmetic and declarations. No process started, nothing
+   written, no state kept between calls; input comes as arguments or from a
+   file or directory an argument names.
+3. system: processes, files and the machine: the host's topology, conditions
+   and pinning, sampling from outside, killing, engine envs, the stack, the
+   results store.
+4. run: one run of one arm: its plan item, CPU locks, the engine process.
+5. sweep: a sweep's preparation, its runs, what is concluded from them, and
+   the fleet's coordination (which reads hosts through Prefect's client).
+6. flows: Prefect flows, tasks, the worker and the temporary API server.
+7. cli: the ``omni`` command and what it prints.
 """
 
 from pathlib import Path
@@ -22,87 +29,61 @@ __version__ = "0.1.0"
 # The checkout omni runs from: engine envs (.venvs/), models/ and arms/ live beside it.
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
+# A prefix names a package or module; the longest prefix naming a module decides its layer.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("engine side", ("omni.errors", "omni.cpulist", "omni.engines", "omni.vllm_plugin", "omni.models")),
     (
-        "pure",
+        "facts",
         (
-            "omni.errors",
-            "omni.procfs",
-            "omni.topology",
-            "omni.intervals",
-            "omni.stats",
-            "omni.quantiles",
-            "omni.iterations",
-            "omni.audit",
-            "omni.mempolicy",
-            "omni.models",
-            "omni.provisioning",
-            "omni.ops",
-            "omni.heads",
-            "omni.progress",
-            "omni.provenance",
-            "omni.hardware",
-            "omni.columns",
-            "omni.side_tables",
-            "omni.row_check",
-            "omni.units",
-            "omni.load_levels",
-            "omni.modes",
-            "omni.swing",
-            "omni.changepoints",
-            "omni.sequential",
             "omni.spec",
-            "omni.engines",
-            "omni.vllm_plugin",
+            "omni.stats",
+            "omni.history.hardware",
+            "omni.store.columns",
+            "omni.store.side_tables",
+            "omni.store.row_check",
+            "omni.measure.mempolicy",
+            "omni.measure.iterations",
+            "omni.measure.ops",
+            "omni.measure.heads",
+            "omni.measure.audit",
+            "omni.measure.kv",
+            "omni.serving.levels",
+            "omni.report.units",
         ),
     ),
     (
         "system",
         (
-            "omni.placement",
             "omni.host",
-            "omni.pin",
-            "omni.sampler",
-            "omni.reaper",
+            "omni.measure",
             "omni.envs",
-            "omni.resources",
-            "omni.stack",
-            "omni.objstore",
             "omni.store",
-            "omni.compaction",
-            "omni.retract",
+            "omni.fleet.stack",
+            "omni.run.reaper",
+            "omni.run.progress",
         ),
     ),
-    ("run", ("omni.plan", "omni.schedule", "omni.engine_process", "omni.serving", "omni.runner")),
+    ("run", ("omni.run", "omni.serving")),
     (
         "sweep",
         (
-            "omni.request",
             "omni.sweep",
             "omni.fleet",
-            "omni.controls",
-            "omni.serving_summary",
-            "omni.summary",
-            "omni.compare",
-            "omni.calibration",
+            "omni.history",
             "omni.report",
-            "omni.report_compare",
-            "omni.report_html",
-            "omni.simulation",
+            "omni.serving.summary",
+            "omni.stats.controls",
+            "omni.stats.simulation",
         ),
     ),
     ("flows", ("flows",)),
-    (
-        "cli",
-        (
-            "omni.cli",
-            "omni.console",
-            "omni.options",
-            "omni.render",
-            "omni.host_commands",
-            "omni.fleet_commands",
-            "omni.setup_commands",
-            "omni.simulate_command",
-        ),
-    ),
+    ("cli", ("omni.cli",)),
 )
+
+# The modules an engine subprocess imports (the first layer): they import the
+# standard library, these libraries of the engines, and each other only.
+ENGINE_SIDE = LAYERS[0][1]
+ENGINE_LIBRARIES = frozenset({"vllm", "torch", "llama_cpp", "gguf", "numpy"})
+
+# Where Prefect is imported: the flows, and the fleet's reads of its hosts.
+PREFECT = ("flows", "omni.fleet.hosts")

@@ -4,7 +4,7 @@
     python scripts/columns_doc.py --write docs/results.md  # rewrite the block between the markers
     python scripts/columns_doc.py --check docs/results.md  # exit 1 when that block is not current
 
-The registry (omni.columns.COLUMNS) is the one place a column is declared; the
+The registry (omni.store.columns.COLUMNS) is the one place a column is declared; the
 doc is derived from it, and a unit test runs --check on the checked-in doc so a
 column added without regenerating fails CI.
 """
@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # omni from thi
 
 import pyarrow as pa  # noqa: E402
 
-from omni.columns import COLUMNS, SCHEMA_VERSION, Column  # noqa: E402
+from omni.store.columns import COLUMNS, SCHEMA_VERSION, Column  # noqa: E402
 
 BEGIN = "<!-- columns:begin -->"
 END = "<!-- columns:end -->"
@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if current != doc:
         print(
-            f"{doc_path}: the column reference is not current with omni.columns.COLUMNS; "
+            f"{doc_path}: the column reference is not current with omni.store.columns.COLUMNS; "
             f"run python scripts/columns_doc.py --write {doc_path}",
             file=sys.stderr,
         )

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from omni.reaper import RUN_ID_VAR, find_run_processes, reap_run
-from omni.topology import format_cpulist
+from omni.cpulist import format_cpulist
+from omni.run.reaper import RUN_ID_VAR, find_run_processes, reap_run
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures"
@@ -148,7 +148,7 @@ def survivors(run_id: str) -> set[int]:
     return find_run_processes(run_id)
 
 
-OMNI = [sys.executable, "-m", "omni.cli"]
+OMNI = [sys.executable, "-m", "omni.cli.main"]
 
 
 def omni(*args: str, cwd: Path = REPO, timeout: float = 300) -> subprocess.CompletedProcess:

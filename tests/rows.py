@@ -8,8 +8,8 @@ import json
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
-from omni import store
-from omni.store import write_run
+from omni.store import dataset as store
+from omni.store.dataset import write_run
 
 T0 = datetime(2026, 11, 30, 12, 0, 0, 123456, tzinfo=UTC)  # full_row's started_at
 DAY0 = datetime(2026, 11, 1, tzinfo=UTC)  # store_sweep's first day

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from omni import stack
-from omni.provenance import HOST_VAR
-from omni.reaper import find_run_processes
+from omni.fleet import stack
+from omni.host.provenance import HOST_VAR
+from omni.run.reaper import find_run_processes
 from tests.conftest import REPO
 
 
@@ -123,7 +123,7 @@ class Host:
         from prefect.client.orchestration import get_client
         from prefect.settings import PREFECT_API_URL, temporary_settings
 
-        from omni.fleet import read_hosts
+        from omni.fleet.hosts import read_hosts
 
         with temporary_settings({PREFECT_API_URL: self.url}), get_client(sync_client=True) as client:
             state = read_hosts(client).get(self.name)

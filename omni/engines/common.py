@@ -14,6 +14,9 @@ from collections.abc import Iterable
 
 FIRST_WORD_ID = 259  # after <unk> <s> </s> and the 256 byte tokens of omni's models
 
+# the ``method`` of a llama.cpp op profile (omni.measure.ops reads it)
+GGML_EVAL_CALLBACK = "ggml eval callback"
+
 
 def token_prompts(batch: int, prompt_len: int, vocab: int, seed: int = 0) -> list[list[int]]:
     """``batch`` distinct prompts of ``prompt_len`` token ids, the same every run.
@@ -55,7 +58,7 @@ class TokenClock:
     """One generation's token times as a client sees them, in seconds from its
     start: per sequence, when each of its tokens arrived (``token_s``), and
     when each engine step returned, whether it delivered a token or not
-    (``step_end_s``). The raw times :mod:`omni.iterations` derives every
+    (``step_end_s``). The raw times :mod:`omni.measure.iterations` derives every
     per-request figure from, kept the same way by every engine."""
 
     def __init__(self, batch: int) -> None:

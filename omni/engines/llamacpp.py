@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from omni.engines.common import (
+    GGML_EVAL_CALLBACK,
     TokenClock,
     fresh_prompts,
     profile_overhead,
@@ -40,7 +41,6 @@ from omni.engines.common import (
     warmup_prompts,
 )
 from omni.engines.protocol import hold_steady, log, mark_phase, serve
-from omni.ops import GGML_EVAL_CALLBACK  # standard library only at import, as the engine env needs
 
 
 def ggml_commit() -> str | None:
@@ -219,7 +219,7 @@ class NodeTimer:
     each node on its own and calls back when it is done: the time between the
     two calls is that node's. Computing nodes one by one (synchronized each
     time) distorts the step, so these times are for shares, not absolutes.
-    One record per (step, op, shapes, types): calls and ms, as omni.ops keeps
+    One record per (step, op, shapes, types): calls and ms, as omni.measure.ops keeps
     them for every engine.
     """
 
@@ -309,7 +309,7 @@ class _NoTracer:
 
 def generate(lm: Loaded, arm: dict, prompts: list[list[int]], tracer=_NoTracer()) -> dict:
     """Prefill all sequences, then decode step by step: the raw times of
-    :mod:`omni.iterations` (each sequence's token times, each step's end, the
+    :mod:`omni.measure.iterations` (each sequence's token times, each step's end, the
     first token of the batch, the end, each decode step's wall time).
     ``tracer`` is told where each step (one ``llama_decode``) begins and ends.
     A token's time is when its step's logits have been sampled for every

@@ -18,7 +18,7 @@ import os
 import platform
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 # A line the orchestrator's log reader recognises: "omni-phase: loaded"
@@ -46,6 +46,50 @@ def log(message: str) -> None:
     sys.stderr.flush()
 
 
+# Variables that change what an engine does or how fast it does it.
+ENV_PREFIXES = (
+    "VLLM_",
+    "OMP_",
+    "KMP_",
+    "GOMP_",
+    "MKL_",
+    "OPENBLAS_",
+    "ONEDNN_",
+    "DNNL_",
+    "MALLOC_",
+    "TCMALLOC_",
+    "TORCH_",
+    "PYTORCH_",
+    "LLAMA_",
+    "GGML_",
+    "OMNI_FAULT_",  # a fault injected on purpose (omni.vllm_plugin.names.FAULT_HEAD_VAR)
+)
+ENV_NAMES = frozenset(
+    {
+        "LD_PRELOAD",
+        "LD_LIBRARY_PATH",
+        "CUDA_VISIBLE_DEVICES",
+        "TOKENIZERS_PARALLELISM",
+        "PYTHONHASHSEED",
+    }
+)
+# VLLM_API_KEY and friends match a prefix: record that they are set, not what.
+_SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD")
+REDACTED = "<redacted>"
+
+
+def behaviour_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The behaviour-changing variables of ``environ`` (default: this process's),
+    sorted by name, secrets redacted."""
+    environ = os.environ if environ is None else environ
+    chosen = {}
+    for name in sorted(environ):
+        if name in ENV_NAMES or name.startswith(ENV_PREFIXES):
+            secret = any(word in name.upper() for word in _SECRET_WORDS)
+            chosen[name] = REDACTED if secret else environ[name]
+    return chosen
+
+
 def base_provenance() -> dict:
     return {"python_version": platform.python_version(), "pid": os.getpid()}
 
@@ -68,8 +112,6 @@ def serve(run: Callable[[dict], dict], argv: list[str] | None = None) -> int:
     result = run(arm)
     mark_phase("done")  # teardown follows: its memory is not the steady state
     result.setdefault("provenance", {}).update(base_provenance())
-    from omni.provenance import behaviour_env  # standard library and omni only, as this module
-
     result["provenance"]["env_vars"] = behaviour_env()  # as the engine ran, after it set its own
     result["engine_wall_s"] = time.time() - started
     write_result(args.out, result)

@@ -19,9 +19,9 @@ import subprocess
 import sys
 import time
 
+from omni.cpulist import parse_cpulist
 from omni.engines.common import TokenClock, fresh_prompts, prompts_digest, token_prompts
 from omni.engines.protocol import hold_steady, log, mark_phase, serve
-from omni.topology import parse_cpulist
 
 MIB = 1 << 20
 VOCAB = 32000  # as omni's tiny models: prompts are token ids like the real engines' (their cost is not)
@@ -155,7 +155,7 @@ def escape_binding(how: str, slot_nodes: list[int], mb: float) -> mmap.mmap | No
 def generate(arm: dict, params: dict, prompts: list[list[int]], seen: set, short: bool = False) -> dict:
     """Prefill then decode, step by step, timed like a real engine: each
     token's time per sequence, each step's end (:class:`TokenClock`), and the
-    times and counts of :mod:`omni.iterations`.
+    times and counts of :mod:`omni.measure.iterations`.
 
     A step costs ``work_per_token`` for every sequence it gives a token and
     ``prefill_work_per_token`` for every prompt token it prefills. With

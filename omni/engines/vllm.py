@@ -83,7 +83,7 @@ def compile_cache_state(lines) -> str | None:
 def bind_threads(arm: dict) -> None:
     """OpenMP threads on the slot's first ``threads_effective`` CPUs; the
     rest of the slot is what vLLM calls reserved: its scheduler process and
-    Python threads run there (omni.runner.compute_threads)."""
+    Python threads run there (omni.run.runner.compute_threads)."""
     cpus = arm["slot"]["cpus"][: arm["threads_effective"]]
     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", ",".join(map(str, cpus)))
     os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", str(len(arm["slot"]["cpus"]) - len(cpus)))
@@ -188,7 +188,7 @@ def kv_cache_bytes(llm) -> tuple[int | None, dict]:
 
 def timed_generate(llm, prompts, max_tokens: int) -> dict:
     """One generation of the batch, timed from outside the engine as a client
-    sees it: the raw times of :mod:`omni.iterations`.
+    sees it: the raw times of :mod:`omni.measure.iterations`.
 
     The loop is ``LLM._run_engine``'s own (``llm_engine.step()`` until no
     request is unfinished), with DELTA outputs so each step says which

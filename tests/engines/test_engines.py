@@ -13,11 +13,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from omni.envs import EnvSpec, build_env
+from omni.envs.build import EnvSpec, build_env
 from omni.errors import OmniError
-from omni.request import SweepRequest
-from omni.store import load_runs
-from omni.sweep import REPO_ROOT, prepare_sweep, run_and_store
+from omni.store.dataset import load_runs
+from omni.sweep.prepare import REPO_ROOT, prepare_sweep, run_and_store
+from omni.sweep.request import SweepRequest
 from omni.vllm_plugin.names import PATCHES
 from tests.conftest import omni
 from tests.engines.arms import LLAMA_PY, TINY, VLLM_PY, write_spec
@@ -94,7 +94,9 @@ def test_smoke_sweep_runs_both_engines_pinned_and_measured(tmp_path):
 def test_model_factory_is_deterministic(tmp_path):
     manifests = []
     for out in (tmp_path / "a", tmp_path / "b"):
-        subprocess.run([str(LLAMA_PY), "-m", "omni.models", "tiny-llama", str(out)], check=True, capture_output=True)
+        subprocess.run(
+            [str(LLAMA_PY), "-m", "omni.models.factory", "tiny-llama", str(out)], check=True, capture_output=True
+        )
         manifests.append(json.loads((out / "manifest.json").read_text()))
     assert manifests[0] == manifests[1] == json.loads((TINY / "manifest.json").read_text())
     assert set(manifests[0]["gguf"]) == {"bf16", "q8_0", "q4_0"}
@@ -106,12 +108,12 @@ def test_a_streamed_gguf_is_the_factorys_file(tmp_path):
     """The realistic shapes' GGUFs are written a tensor at a time: the same
     bytes as the whole-model writer's, here on tiny-llama's bf16 GGUF."""
     code = (
-        "import sys; from pathlib import Path; from omni.models import PRESETS, iter_hf_tensors, write_gguf_streamed; "
+        "import sys; from pathlib import Path; from omni.models.factory import PRESETS, iter_hf_tensors, write_gguf_streamed; "
         "shape = PRESETS['tiny-llama']; "
         "write_gguf_streamed(Path(sys.argv[1]), 'tiny-llama', shape, iter_hf_tensors(shape))"
     )
     subprocess.run([str(LLAMA_PY), "-c", code, str(tmp_path / "s.gguf")], check=True, capture_output=True)
-    from omni.models import file_sha256
+    from omni.models.factory import file_sha256
 
     manifest = json.loads((TINY / "manifest.json").read_text())
     assert file_sha256(tmp_path / "s.gguf") == manifest["gguf"]["bf16"]["sha256"]
@@ -155,7 +157,9 @@ def test_missing_model_and_unknown_env_are_invalid_rows_and_others_run(tmp_path)
 
 def test_env_that_fails_to_build_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setitem(
-        __import__("omni.envs").envs.ENVS, "broken", EnvSpec(requirements=("omni-no-such-package-anywhere==0.0.1",))
+        __import__("omni.envs.build").envs.ENVS,
+        "broken",
+        EnvSpec(requirements=("omni-no-such-package-anywhere==0.0.1",)),
     )
     with pytest.raises(OmniError) as info:
         build_env(tmp_path, "broken")

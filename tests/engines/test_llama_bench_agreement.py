@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from omni.topology import allocate_slots, read_topology
+from omni.host.topology import allocate_slots, read_topology
 from tests.conftest import REPO
 
 PAIRS = 3

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from omni import ops, store
-from omni.summary import summarize_sweep
+from omni.measure import ops
+from omni.report.summary import summarize_sweep
+from omni.store import dataset as store
 
 VOCAB, HIDDEN = 32000, 256  # tiny-llama
 
@@ -61,7 +62,7 @@ def test_a_profiled_llamacpp_run_times_every_node_and_labels_it_distorting(eager
 
 @pytest.mark.engines
 def test_every_run_is_held_to_its_heads_claims_without_a_profile(eager_vllm):
-    """Models given by path that claim a quantized head, none profiled (omni.models.make_head_cases):
+    """Models given by path that claim a quantized head, none profiled (omni.models.factory.make_head_cases):
     a cpu_int4 checkpoint whose head loads bf16 is invalid, an honest one ok, a q4_0 GGUF whose
     output.weight stayed f16 invalid; the arm's own claims are checked the same way."""
     dense, honest, gguf = (eager_vllm.row(arm) for arm in ("ckpt-dense-head", "ckpt-int4-head", "gguf-f16-head"))

@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from omni.reaper import find_run_processes
+from omni.run.reaper import find_run_processes
 from omni.spec import load_spec
 from tests.conftest import REPO, omni
 

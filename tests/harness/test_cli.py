@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from omni.store import load_runs
+from omni.store.dataset import load_runs
 from tests.conftest import OMNI, REPO, omni
 
 
@@ -136,18 +136,18 @@ def test_missing_spec_file_is_a_clear_error(tmp_path):
 
 PREPARE_COUNTER = """\
 import sys
-import omni.sweep
+import omni.sweep.prepare
 import flows.sweep
 from omni import cli
 
 calls = []
-real = omni.sweep.prepare_sweep
+real = omni.sweep.prepare.prepare_sweep
 
 def counted(*args, **kwargs):
     calls.append(kwargs.get("sweep_id"))
     return real(*args, **kwargs)
 
-omni.sweep.prepare_sweep = flows.sweep.prepare_sweep = counted
+omni.sweep.prepare.prepare_sweep = flows.sweep.prepare_sweep = counted
 sys.argv = ["omni", *sys.argv[1:]]
 try:
     cli.main()
@@ -181,7 +181,7 @@ def test_omni_sweep_prepares_once(tmp_path):
 def test_a_terminal_shows_each_slots_run_live_then_the_table_and_verdicts_once(tmp_path):
     """A recording (script(1), a real terminal) of omni sweep arms/smoke-synthetic.yaml."""
     typescript = tmp_path / "typescript"
-    command = f"{sys.executable} -m omni.cli sweep arms/smoke-synthetic.yaml --results {tmp_path / 'r'} --force"
+    command = f"{sys.executable} -m omni.cli.main sweep arms/smoke-synthetic.yaml --results {tmp_path / 'r'} --force"
     env = {**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "COLUMNS": "200"}
     done = subprocess.run(
         ["script", "-q", "-e", "-c", command, str(typescript)], cwd=REPO, env=env, capture_output=True, timeout=300

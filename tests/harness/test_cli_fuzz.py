@@ -4,7 +4,7 @@ here) with hostile values: zero, negative, huge, non-finite, the wrong type,
 blank, a regular file where a directory is wanted, a path under a file, a
 missing file, a name longer than NAME_MAX, a place that cannot be written.
 
-Each call runs ``omni.cli.main`` in this process, as the ``omni`` script
+Each call runs ``omni.cli.main.main`` in this process, as the ``omni`` script
 does, against a results directory of stored rows, and must end with exit 0
 (the value was fine) or exit 2 with one line naming the option (or the value
 given) and no traceback.
@@ -39,7 +39,10 @@ import typer.main
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from omni import cli, envs, ops, store
+from omni.cli import main as cli
+from omni.envs import build as envs
+from omni.measure import ops
+from omni.store import dataset as store
 from tests.conftest import REPO, xeon_8480c_2s
 from tests.rows import store_sweep
 
@@ -161,19 +164,21 @@ def nothing_starts():
     client = contextlib.nullcontext(NS())
     with pytest.MonkeyPatch.context() as mp:
         mp.setitem(sys.modules, "flows.serve", serve)
-        mp.setattr("omni.fleet.run_worker", lambda *a, **k: None)
-        mp.setattr("omni.fleet.require_server", lambda *a, **k: None)
-        mp.setattr("omni.fleet.read_hosts", lambda client: {})
+        mp.setattr("flows.worker.run_worker", lambda *a, **k: None)
+        mp.setattr("omni.fleet.hosts.require_server", lambda *a, **k: None)
+        mp.setattr("omni.fleet.hosts.read_hosts", lambda client: {})
         mp.setattr("prefect.client.orchestration.get_client", lambda **k: client)
-        mp.setattr("omni.stack.complete_env_file", lambda *a, **k: [])
-        mp.setattr("omni.stack.up", lambda *a, **k: "http://127.0.0.1:4200/api")
-        mp.setattr("omni.stack.s3_settings", lambda *a, **k: {"endpoint_url": "http://s3", "bucket": "b"})
-        mp.setattr("omni.stack.down", lambda *a, **k: [])
-        mp.setattr("omni.stack.status", lambda *a, **k: {"prefect": "down"})
-        mp.setattr("omni.envs.build_env", lambda root, name: (envs.env_spec(name), Stand())[1])  # the name is checked
-        mp.setattr("omni.resources.make_model", lambda *a, **k: {"hf_sha256": "h", "gguf": {}})
+        mp.setattr("omni.fleet.stack.complete_env_file", lambda *a, **k: [])
+        mp.setattr("omni.fleet.stack.up", lambda *a, **k: "http://127.0.0.1:4200/api")
+        mp.setattr("omni.fleet.stack.s3_settings", lambda *a, **k: {"endpoint_url": "http://s3", "bucket": "b"})
+        mp.setattr("omni.fleet.stack.down", lambda *a, **k: [])
+        mp.setattr("omni.fleet.stack.status", lambda *a, **k: {"prefect": "down"})
+        mp.setattr(
+            "omni.envs.build.build_env", lambda root, name: (envs.env_spec(name), Stand())[1]
+        )  # the name is checked
+        mp.setattr("omni.envs.resources.make_model", lambda *a, **k: {"hf_sha256": "h", "gguf": {}})
         mp.setattr(cli, "run_local_sweep", lambda *a, **k: "sw1")
-        mp.setattr("omni.simulation.simulate", lambda draws, seed, quick: [])  # minutes of simulation
+        mp.setattr("omni.stats.simulation.simulate", lambda draws, seed, quick: [])  # minutes of simulation
         if hasattr(cli, "start_ephemeral_server"):
             mp.setattr(cli, "start_ephemeral_server", lambda *a, **k: None)
         mp.delenv("PREFECT_API_URL", raising=False)

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from omni.placement import INTERFERENCE_BOUND_PCT
-from omni.reaper import find_run_processes
-from omni.request import SweepRequest
+from omni.host.placement import INTERFERENCE_BOUND_PCT
+from omni.run.reaper import find_run_processes
 from omni.spec import Sweep
-from omni.store import list_temp_files, load_runs
-from omni.sweep import prepare_sweep, run_and_store, write_manifest
+from omni.store.dataset import list_temp_files, load_runs
+from omni.sweep.prepare import prepare_sweep, run_and_store, write_manifest
+from omni.sweep.request import SweepRequest
 from tests.conftest import reap_budget_s
 from tests.specs import synthetic, write_spec
 
@@ -119,11 +119,11 @@ def test_busy_cores_refuse_then_force_runs(tmp_path, hog):
 
 
 def test_without_numactl_affinity_is_set_and_recorded(tmp_path, monkeypatch):
-    monkeypatch.setattr("omni.engine_process.numactl_path", lambda: None)
+    monkeypatch.setattr("omni.run.engine_process.numactl_path", lambda: None)
     row = run_all(tmp_path, [synthetic("plain", procs=2)], slots={"cpus": "0"})["plain"]
     assert row["status"] == "ok"
     assert row["binding_method"] == "sched_setaffinity"
-    assert "omni.pin" in row["command"]
+    assert "omni.host.pin" in row["command"]
     assert row["cpus_allowed_seen"] == [0] and row["binding_ok"]
 
 
@@ -136,7 +136,7 @@ def test_crash_in_teardown_after_the_result_keeps_the_numbers_with_a_warning(tmp
 
 def test_cores_override_is_recorded_and_kept_on_resume(tmp_path):
     from omni.errors import OmniError
-    from omni.plan import SlotOverride
+    from omni.run.plan import SlotOverride
 
     spec = write_spec(tmp_path, [synthetic("a"), synthetic("b")])
     results = tmp_path / "results"
@@ -207,7 +207,7 @@ def test_the_row_keeps_the_engines_environment_configuration_and_iterations(tmp_
     assert row["load_s"] >= row["engine_config"]["engine_load_s"] > 0
     stored = load_runs(tmp_path / "results").iloc[0]
     assert '"OMP_NUM_THREADS": "3"' in stored["env_vars"] and stored["iterations"] == 3
-    from omni.store import load_iterations
+    from omni.store.dataset import load_iterations
 
     its = load_iterations(tmp_path / "results")
     assert list(its["iteration"]) == [0, 1, 2] and (its["steps"] == 7).all()
@@ -286,7 +286,7 @@ def test_a_slot_holds_its_idle_siblings_lock(tmp_path, monkeypatch):
     import threading
     from dataclasses import replace
 
-    from omni.topology import Slot
+    from omni.host.topology import Slot
     from tests.harness.test_schedule import another_process_holding
 
     monkeypatch.setenv("OMNI_LOCK_DIR", str(tmp_path / "locks"))

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from omni.request import SweepRequest
-from omni.store import load_iterations
-from omni.sweep import prepare_sweep, run_and_store
+from omni.store.dataset import load_iterations
+from omni.sweep.prepare import prepare_sweep, run_and_store
+from omni.sweep.request import SweepRequest
 from tests.specs import synthetic, write_spec
 
 pytestmark = pytest.mark.slow

@@ -11,9 +11,9 @@ from statistics import median
 
 import pytest
 
-from omni.request import SweepRequest
-from omni.summary import summarize_sweep
-from omni.sweep import prepare_sweep, run_and_store, write_manifest
+from omni.report.summary import summarize_sweep
+from omni.sweep.prepare import prepare_sweep, run_and_store, write_manifest
+from omni.sweep.request import SweepRequest
 from tests.specs import synthetic, write_spec
 
 pytestmark = pytest.mark.slow

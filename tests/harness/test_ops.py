@@ -8,7 +8,8 @@ import json
 import math
 from pathlib import Path
 
-from omni import ops, store
+from omni.measure import ops
+from omni.store import dataset as store
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "traces"
 
@@ -32,7 +33,7 @@ def test_omni_ops_prints_each_arms_ops_and_judges_them_and_summaries_skip_profil
     import subprocess
     import sys
 
-    from omni.summary import summarize_sweep
+    from omni.report.summary import summarize_sweep
     from tests.rows import store_sweep
 
     store_sweep(tmp_path, "sw", {"bf16": [100, 101, 99], "int4": [120, 121, 119]})
@@ -61,14 +62,25 @@ def test_omni_ops_prints_each_arms_ops_and_judges_them_and_summaries_skip_profil
         "error": ops.head_rule(INT4_HEAD, ops.torch_trace_records(fixture("bf16-head")), VOCAB, HIDDEN),
     }
     store.write_run(tmp_path, lie)
-    from omni.report import summary_markdown
+    from omni.report.markdown import summary_markdown
 
     voided = summarize_sweep(tmp_path, "sw")
     assert set(voided.void) == {"int4"} and any(w.startswith("void arm int4:") for w in voided.warnings)
     shown = summary_markdown(voided)
     assert "| int4 (VOID) | decode_tok_s | 3 |" in shown and "VOID (bf16 head)" in shown
     done = subprocess.run(
-        [sys.executable, "-m", "omni.cli", "ops", "sw", "--results", str(tmp_path), "--steps", "all", "--by-shape"],
+        [
+            sys.executable,
+            "-m",
+            "omni.cli.main",
+            "ops",
+            "sw",
+            "--results",
+            str(tmp_path),
+            "--steps",
+            "all",
+            "--by-shape",
+        ],
         capture_output=True,
         text=True,
         env={**__import__("os").environ, "COLUMNS": "250"},

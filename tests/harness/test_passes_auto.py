@@ -1,5 +1,5 @@
 """``passes: auto`` end to end on the synthetic engine, without Prefect: a
-sweep runs pass by pass and stops by the sequential rule (omni.sequential).
+sweep runs pass by pass and stops by the sequential rule (omni.stats.sequential).
 
 The synthetic engine's speed on a loaded host varies, so these assert what
 the rule guarantees (where it stopped, it stopped for the reason it gives,
@@ -14,11 +14,11 @@ import pytest
 import yaml
 
 from omni.errors import OmniError
-from omni.request import SweepRequest
-from omni.sequential import look_confidence
-from omni.store import load_runs
-from omni.summary import summarize_sweep
-from omni.sweep import prepare_sweep, read_stops, run_sweep_items
+from omni.report.summary import summarize_sweep
+from omni.stats.sequential import look_confidence
+from omni.store.dataset import load_runs
+from omni.sweep.prepare import prepare_sweep, read_stops, run_sweep_items
+from omni.sweep.request import SweepRequest
 
 pytestmark = pytest.mark.slow
 

@@ -4,7 +4,7 @@ import subprocess
 import sys
 import time
 
-from omni.reaper import RUN_ID_VAR, find_run_processes, reap_run
+from omni.run.reaper import RUN_ID_VAR, find_run_processes, reap_run
 from tests.conftest import reap_budget_s, run_env
 
 DAEMON = (
@@ -57,7 +57,7 @@ def test_watchdog_reaps_when_the_orchestrator_dies(run_id):
     # A stand-in orchestrator: opens a watchdog, starts a daemon with the run id, then is SIGKILLed.
     orchestrator = (
         "import os, subprocess, sys, time\n"
-        "from omni.reaper import Watchdog\n"
+        "from omni.run.reaper import Watchdog\n"
         f"w = Watchdog({run_id!r}).__enter__()\n"
         f"env = dict(os.environ, {RUN_ID_VAR}={run_id!r})\n"
         "d = subprocess.Popen([sys.executable, '-c', 'import time\\nwhile True: time.sleep(1)'],"

@@ -5,8 +5,8 @@ import subprocess
 import sys
 import time
 
-from omni.procfs import descendants, parent_map
-from omni.sampler import TreeSampler, summarize_interference
+from omni.measure.procfs import descendants, parent_map
+from omni.measure.sampler import TreeSampler, summarize_interference
 
 CHILD = [sys.executable, "-m", "omni.engines.synthetic", "--child"]
 

@@ -10,10 +10,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from omni.request import SweepRequest
-from omni.schedule import claim_run, hold_cpus
-from omni.sweep import prepare_sweep, run_sweep_items
-from omni.topology import Slot, format_cpulist
+from omni.cpulist import format_cpulist
+from omni.host.topology import Slot
+from omni.run.schedule import claim_run, hold_cpus
+from omni.sweep.prepare import prepare_sweep, run_sweep_items
+from omni.sweep.request import SweepRequest
 from tests.conftest import omni, xeon_8480c_2s
 from tests.specs import synthetic, write_spec
 
@@ -45,14 +46,14 @@ def test_two_fixture_slots_run_at_once_one_run_at_a_time_each(tmp_path):
 
 
 def another_process_holding(hold: str, directory: Path) -> subprocess.Popen:
-    """A process inside ``with <hold> as mine:`` (omni.schedule, on ``directory``)
+    """A process inside ``with <hold> as mine:`` (omni.run.schedule, on ``directory``)
     until told to go: it says whether it got it."""
     holder = subprocess.Popen(
         [
             sys.executable,
             "-c",
             (
-                "import sys; from pathlib import Path; from omni.schedule import claim_run, hold_cpus\n"
+                "import sys; from pathlib import Path; from omni.run.schedule import claim_run, hold_cpus\n"
                 f"with {hold.format(directory=f'Path({str(directory)!r})')} as mine:\n"
                 "    print('held' if mine is not False else 'refused', flush=True); sys.stdin.readline()\n"
             ),
@@ -180,7 +181,7 @@ def test_bad_cores_or_node_give_one_message_and_launch_nothing(tmp_path, flags, 
 def test_passes_rotate_each_arm_over_every_slot_equally(tmp_path):
     """A cyclic Latin square: over 4 passes on 2 slots each of 3 arms (and the
     A/A control) runs twice on each slot, whatever order the seed shuffles."""
-    from omni.plan import plan_sweep
+    from omni.run.plan import plan_sweep
     from omni.spec import load_spec
 
     loaded = load_spec(write_spec(tmp_path, [synthetic(f"a{i}") for i in range(3)], passes=4))
@@ -198,8 +199,8 @@ def test_dispatch_waits_for_the_assigned_slot_and_keeps_each_slots_plan_order():
     from concurrent.futures import Future
     from dataclasses import replace
 
-    from omni.plan import PlanItem
-    from omni.schedule import dispatch
+    from omni.run.plan import PlanItem
+    from omni.run.schedule import dispatch
 
     def item(order: int, slot: Slot) -> PlanItem:
         return PlanItem(f"r{order}", "s", "t", None, 0, order, slot)

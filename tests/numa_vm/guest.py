@@ -3,11 +3,11 @@ functions on a real two-node kernel, results written where the host reads them.
 
     python tests/numa_vm/guest.py OUT_DIR [--capture]
 
-Sweeps go through ``omni.sweep.prepare_sweep``/``run_sweep_items``, the
+Sweeps go through ``omni.sweep.prepare.prepare_sweep``/``run_sweep_items``, the
 functions the Prefect flow calls, not through Prefect: under QEMU's software
 emulation (TCG; KVM hangs at boot on these nested hosts) Python runs about
 50 times slower, and Prefect's ephemeral server did not come up within its
-timeout in 6 minutes. Importing ``omni.sweep`` takes about 40 s there; the
+timeout in 6 minutes. Importing ``omni.sweep.prepare`` takes about 40 s there; the
 flow adds nothing a binding check depends on.
 
 Writes OUT_DIR/results (the Parquet dataset) and OUT_DIR/report.json
@@ -62,8 +62,8 @@ def run_sweeps(out: Path) -> dict:
     # second runs of every slot and hide the makespan being measured
     import pandas  # noqa: F401
 
-    from omni.request import SweepRequest
-    from omni.sweep import prepare_sweep, run_sweep_items
+    from omni.sweep.prepare import prepare_sweep, run_sweep_items
+    from omni.sweep.request import SweepRequest
 
     report = {}
     for name, body in SWEEPS.items():
@@ -113,7 +113,7 @@ def omni_topology() -> dict:
     sweeps have already imported here."""
     from typer.testing import CliRunner
 
-    from omni.cli import app
+    from omni.cli.main import app
 
     started = time.monotonic()
     result = CliRunner().invoke(app, ["topology"])
@@ -130,7 +130,7 @@ def invoke(args: list[str]) -> dict:
     """One ``omni`` command run by its command in this process (see omni_topology)."""
     from typer.testing import CliRunner
 
-    from omni.cli import app
+    from omni.cli.main import app
 
     result = CliRunner().invoke(app, args)
     error = "".join(traceback.format_exception(result.exception)) if result.exception else ""
@@ -141,7 +141,7 @@ def omni_host(out: Path) -> dict:
     """``omni host check``, then ``tune`` and ``reset`` on the guest's real /sys
     and /proc (as root), every file tune may write read before, between and
     after: reset must give back what was there."""
-    from omni.host import plan_tune
+    from omni.host.conditions import plan_tune
 
     started = time.monotonic()
     state = str(out / "host-tune.json")

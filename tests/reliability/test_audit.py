@@ -17,14 +17,14 @@ import pandas as pd
 import pytest
 import yaml
 
-from omni.audit import REPEAT_MARGIN, audit_repeats, audit_tokens
 from omni.engines.common import prompts_digest, token_prompts, warmup_prompts
-from omni.iterations import run_metrics
-from omni.request import SweepRequest
+from omni.measure.audit import REPEAT_MARGIN, audit_repeats, audit_tokens
+from omni.measure.iterations import run_metrics
+from omni.report.summary import summarize_sweep
 from omni.spec import Arm, arm_hash, canonical_arm_json
-from omni.store import load_iterations, load_runs
-from omni.summary import summarize_sweep
-from omni.sweep import REPO_ROOT, prepare_sweep, run_sweep_items
+from omni.store.dataset import load_iterations, load_runs
+from omni.sweep.prepare import REPO_ROOT, prepare_sweep, run_sweep_items
+from omni.sweep.request import SweepRequest
 
 TIMED = ("ttft_ms", "prefill_tok_s", "decode_tok_s", "e2e_s", "tpot_ms", "itl_p50_ms")
 
@@ -140,7 +140,7 @@ def test_files_from_before_the_audits_read_with_them_unknown(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from omni import side_tables
+    from omni.store import side_tables
 
     runs, its = (tmp_path / kind / "sweep=s6" for kind in ("runs", "iterations"))
     for folder in (runs, its):

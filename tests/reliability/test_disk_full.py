@@ -18,8 +18,8 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from omni.reaper import find_run_processes
-from omni.store import list_temp_files, load_runs
+from omni.run.reaper import find_run_processes
+from omni.store.dataset import list_temp_files, load_runs
 from tests.conftest import OMNI, omni
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]

@@ -17,11 +17,11 @@ import psutil
 import pytest
 
 from omni.engines.protocol import PHASE_PREFIX
-from omni.reaper import find_run_processes, reap_run
-from omni.request import SweepRequest
-from omni.runner import run_workdir
-from omni.store import list_temp_files, load_runs
-from omni.sweep import prepare_sweep, run_and_store
+from omni.run.reaper import find_run_processes, reap_run
+from omni.run.runner import run_workdir
+from omni.store.dataset import list_temp_files, load_runs
+from omni.sweep.prepare import prepare_sweep, run_and_store
+from omni.sweep.request import SweepRequest
 from tests.specs import write_spec
 
 pytestmark = [pytest.mark.engines, pytest.mark.slow, pytest.mark.timeout(600)]

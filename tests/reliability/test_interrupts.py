@@ -22,8 +22,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from omni.procfs import read_all
-from omni.store import list_temp_files, load_runs
+from omni.measure.procfs import read_all
+from omni.store.dataset import list_temp_files, load_runs
 from tests.conftest import OMNI, REPO, omni
 from tests.specs import failing_spec
 
@@ -166,7 +166,7 @@ def test_an_unreachable_prefect_api_is_one_line_and_exit_3(tmp_path):
 def test_a_full_disk_is_named_with_its_path():
     import errno
 
-    from omni.cli import infrastructure_problem
+    from omni.cli.main import infrastructure_problem
 
     try:
         try:
@@ -197,8 +197,8 @@ def test_two_resumes_of_one_sweep_at_once_run_each_run_once_and_both_exit_0(tmp_
     """Each run is claimed on this host before it starts: the second resume
     skips what the first holds or has stored (an outcome, no row), and only a
     run that failed would make it exit 1."""
-    from omni.request import SweepRequest
-    from omni.sweep import prepare_sweep, write_manifest
+    from omni.sweep.prepare import prepare_sweep, write_manifest
+    from omni.sweep.request import SweepRequest
 
     arms = [{"name": f"a{i}", "engine": "synthetic", "params": {"mem_mb": 8, "load_s": 0.5}} for i in range(2)]
     spec = tmp_path / "twice.yaml"

@@ -21,12 +21,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from omni.fleet import queue_name
-from omni.procfs import read_all
-from omni.provenance import HOST_VAR
-from omni.reaper import RUN_ID_VAR, find_run_processes
-from omni.schedule import LOCK_DIR_VAR, claim_run
-from omni.store import list_temp_files, load_runs
+from omni.fleet.hosts import queue_name
+from omni.host.provenance import HOST_VAR
+from omni.measure.procfs import read_all
+from omni.run.reaper import RUN_ID_VAR, find_run_processes
+from omni.run.schedule import LOCK_DIR_VAR, claim_run
+from omni.store.dataset import list_temp_files, load_runs
 from tests.conftest import REPO
 from tests.server import FAST, Host, flow_run, prefect, prefect_api, running_stack  # noqa: F401 - fixtures
 
@@ -151,7 +151,7 @@ def flow_run_log(url: str, flow_run_id: str) -> str:
 
 
 def cpu_lock_free(directory: Path, cpu: int) -> bool:
-    """Whether the slot's CPU lock (omni.schedule.hold_cpus) can be taken now, without waiting."""
+    """Whether the slot's CPU lock (omni.run.schedule.hold_cpus) can be taken now, without waiting."""
     fd = os.open(directory / f"cpu{cpu}.lock", os.O_RDWR | os.O_CREAT, 0o666)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -182,8 +182,8 @@ NOTHING_LEFT = {"engines": 0, "cpu_lock_held": False, "run_claim_held": False, "
 
 def follow_up_run(host: Host, tmp_path: Path, monkeypatch) -> dict:
     """A local sweep (no Prefect) on the same CPU and lock directory: its one row."""
-    from omni.request import SweepRequest
-    from omni.sweep import prepare_sweep, run_sweep_items
+    from omni.sweep.prepare import prepare_sweep, run_sweep_items
+    from omni.sweep.request import SweepRequest
 
     monkeypatch.setenv(LOCK_DIR_VAR, str(host.base / f"locks-{host.name}"))
     spec = write_spec(tmp_path / "after.yaml", {"name": "quick", "engine": "synthetic", "max_tokens": 4})

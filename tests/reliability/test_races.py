@@ -19,9 +19,9 @@ import sys
 import pytest
 import yaml
 
-from omni.request import SweepRequest
-from omni.store import load_runs
-from omni.sweep import prepare_sweep, write_manifest
+from omni.store.dataset import load_runs
+from omni.sweep.prepare import prepare_sweep, write_manifest
+from omni.sweep.request import SweepRequest
 from tests.conftest import REPO
 from tests.server import flow_run, prefect, prefect_api, running_stack, worker  # noqa: F401 - fixtures
 
@@ -45,7 +45,7 @@ def test_a_deployment_run_racing_a_cli_run_runs_each_run_once_and_both_complete(
         [
             sys.executable,
             "-m",
-            "omni.cli",
+            "omni.cli.main",
             "sweep",
             "--resume",
             started.sweep_id,

@@ -13,10 +13,11 @@ import pyarrow as pa
 import pyarrow.parquet  # noqa: F401 - pa.parquet
 import pytest
 
-from omni import columns, store
 from omni.errors import OmniError
-from omni.retract import load_retractions, retract
-from omni.summary import summarize_sweep
+from omni.report.summary import summarize_sweep
+from omni.store import columns
+from omni.store import dataset as store
+from omni.store.retract import load_retractions, retract
 from tests.conftest import FIXTURES, omni
 from tests.rows import file_digests, full_row, store_sweep
 

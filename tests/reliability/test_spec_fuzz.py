@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from omni.errors import SpecError
 from omni.spec import Sweep, load_spec
-from omni.spec.models import ENGINE_PARAMS, Arm, SlotRequest
+from omni.spec.arm import ENGINE_PARAMS, Arm, SlotRequest
 
 ARM_KEYS = sorted(Arm.model_fields)
 SWEEP_KEYS = sorted(Sweep.known_keys())

@@ -20,9 +20,9 @@ import pandas as pd
 import pytest
 import yaml
 
-from omni.objstore import storage_options
-from omni.provenance import HOST_VAR
-from omni.reaper import find_run_processes
+from omni.host.provenance import HOST_VAR
+from omni.run.reaper import find_run_processes
+from omni.store.objstore import storage_options
 from tests.conftest import REPO, xeon_8480c_2s
 from tests.server import FAST, Host, flow_run, run_deployment, venv_tool
 
@@ -149,7 +149,7 @@ def test_a_replicated_deployment_run_lands_rows_of_both_hosts_and_summaries_judg
 
 def _sweep_of(results: str, spec: Path) -> str:
     """The one sweep under ``results`` whose manifest names ``spec``."""
-    from omni.objstore import results_root
+    from omni.store.objstore import results_root
 
     found = [
         p.parent.name

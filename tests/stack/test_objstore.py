@@ -13,9 +13,10 @@ import uuid
 import pandas as pd
 import pytest
 
-from omni import compaction, store
 from omni.errors import OmniError
-from omni.objstore import S3Path, results_root, storage_options
+from omni.store import compaction
+from omni.store import dataset as store
+from omni.store.objstore import S3Path, results_root, storage_options
 from tests.conftest import REPO
 from tests.rows import full_row, store_full_rows
 
@@ -60,7 +61,7 @@ def test_the_store_on_s3_never_rewrites_and_compacts_like_a_directory(s3_results
 
 
 def test_retractions_and_side_tables_live_on_s3_too(s3_results):
-    from omni.retract import load_retractions, retract, retracted_runs
+    from omni.store.retract import load_retractions, retract, retracted_runs
 
     ids = store_full_rows(s3_results, "s1", 2)
     store.write_iterations(s3_results, full_row(ids[0], "s1"), [{"iteration": 0, "decode_tok_s": 1.0}])

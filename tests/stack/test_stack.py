@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from omni import stack
+from omni.fleet import stack
 from tests.conftest import REPO
 from tests.server import flow_run, run_deployment
 from tests.specs import failing_spec

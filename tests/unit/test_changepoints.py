@@ -1,4 +1,4 @@
-"""Level shifts in a nightly history (omni.changepoints): the false-alarm
+"""Level shifts in a nightly history (omni.stats.changepoints): the false-alarm
 rate its penalty is simulated for, through ruptures, and a step found where it is."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from omni.changepoints import ALPHA, MIN_SWEEPS, critical_gain, level_shifts, noise_sd
+from omni.stats.changepoints import ALPHA, MIN_SWEEPS, critical_gain, level_shifts, noise_sd
 
 
 def test_a_history_without_a_shift_reports_one_at_most_alpha_of_the_time():
@@ -47,8 +47,8 @@ def test_regressions_list_where_a_nightly_level_shifted(tmp_path):
     """Nine nights, the last four 12 % slower: each of them is a change
     against its window only until the window fills with slow nights; the
     shift is named once, at the night it began."""
-    from omni.compare import nightly_changes
-    from omni.report_compare import changes_markdown
+    from omni.history.compare import nightly_changes
+    from omni.report.across import changes_markdown
     from tests.rows import store_sweep
 
     centers = [100, 101, 99, 100.5, 99.5, 88, 88.5, 87.5, 88]

@@ -3,7 +3,7 @@
 import importlib.util
 
 from omni import REPO_ROOT
-from omni.columns import COLUMNS
+from omni.store.columns import COLUMNS
 
 DOC = REPO_ROOT / "docs" / "results.md"
 
@@ -16,7 +16,7 @@ def _script():
 
 
 def test_the_checked_in_column_reference_is_current(capsys):
-    # fails when a column is added to omni.columns without regenerating the doc
+    # fails when a column is added to omni.store.columns without regenerating the doc
     assert _script().main(["--check", str(DOC)]) == 0, capsys.readouterr().err
 
 

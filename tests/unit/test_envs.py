@@ -3,7 +3,7 @@ not at all, and what the build writes afterwards never goes through to the kept 
 
 from __future__ import annotations
 
-from omni import envs
+from omni.envs import build as envs
 
 
 def fake_env(root):

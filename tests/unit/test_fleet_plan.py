@@ -1,5 +1,5 @@
 """Fleet sweeps without a server: which hosts, which runs each, what a
-resume sends where, and the refusals (omni.fleet, omni.sweep.prepare_fleet)."""
+resume sends where, and the refusals (omni.fleet.hosts, omni.sweep.prepare.prepare_fleet)."""
 
 from __future__ import annotations
 
@@ -10,14 +10,14 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import yaml
 
-from omni import fleet
 from omni.errors import OmniError, SpecError
-from omni.fleet import HostState
-from omni.plan import plan_sweep
-from omni.request import SweepRequest, parse_replacements
+from omni.fleet import hosts as fleet
+from omni.fleet.hosts import HostState
+from omni.run.plan import plan_sweep
 from omni.spec import load_spec
-from omni.store import run_path
-from omni.sweep import prepare_sweep, write_manifest
+from omni.store.dataset import run_path
+from omni.sweep.prepare import prepare_sweep, write_manifest
+from omni.sweep.request import SweepRequest, parse_replacements
 from tests.conftest import REPO
 
 EPYC = {"cpu_model": "AMD EPYC 7763", "isa": ["avx", "avx2", "fma"], "topology": {"0": "0-63"}}
@@ -55,7 +55,7 @@ def server(monkeypatch):
     states: dict[str, HostState] = {}
     monkeypatch.setenv("PREFECT_API_URL", "http://127.0.0.1:9/api")
     monkeypatch.setattr("prefect.client.orchestration.get_client", lambda **_: contextlib.nullcontext(None))
-    monkeypatch.setattr(fleet, "read_hosts", lambda client: states)
+    monkeypatch.setattr(fleet, "read_hosts", lambda client, pool=None: states)
     return states
 
 
@@ -172,7 +172,8 @@ def test_the_shard_deployment_is_registered_again_when_it_takes_other_parameters
     from types import SimpleNamespace
 
     from flows.fleet import sweep_shard
-    from omni import fleet
+    from flows.worker import ensure_shard_deployment
+    from omni.fleet import hosts as fleet
 
     assert tuple(inspect.signature(sweep_shard.fn).parameters) == fleet.SHARD_PARAMETERS
     deploys = []
@@ -186,7 +187,7 @@ def test_the_shard_deployment_is_registered_again_when_it_takes_other_parameters
         schema = {"properties": {n: {} for n in names}}
         return SimpleNamespace(read_deployment_by_name=lambda name: SimpleNamespace(parameter_openapi_schema=schema))
 
-    fleet.ensure_shard_deployment(client(fleet.SHARD_PARAMETERS))
+    ensure_shard_deployment(client(fleet.SHARD_PARAMETERS))
     assert deploys == []
-    fleet.ensure_shard_deployment(client(["spec", "passes", "host", "run_ids"]))
+    ensure_shard_deployment(client(["spec", "passes", "host", "run_ids"]))
     assert len(deploys) == 1 and deploys[0][-2:] == ["deploy", "--all"]

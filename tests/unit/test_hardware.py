@@ -1,15 +1,15 @@
 """Verdicts across sweeps only between runs of the same hardware and engine
-env (omni.hardware): what differs, per arm, and what was not recorded."""
+env (omni.history.hardware): what differs, per arm, and what was not recorded."""
 
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
-from omni.compare import compare_sweeps, nightly_changes, sweep_history
-from omni.hardware import check_hardware, hardware_facts
-from omni.report_compare import changes_markdown, comparison_markdown
-from omni.summary import summarize_sweep
+from omni.history.compare import compare_sweeps, nightly_changes, sweep_history
+from omni.history.hardware import check_hardware, hardware_facts
+from omni.report.across import changes_markdown, comparison_markdown
+from omni.report.summary import summarize_sweep
 from tests.rows import store_sweep
 
 INTEL, AMD = "Intel Xeon Platinum 8480+", "AMD EPYC 9B45"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 
 def test_failure_reason_names_the_root_cause():
-    from omni.engine_process import failure_reason
+    from omni.run.engine_process import failure_reason
 
     tail = [
         "(EngineCore) ERROR [core.py] ValueError: No available memory for the cache blocks.",

@@ -1,4 +1,4 @@
-"""omni.host on canned sys/ and proc/ trees: a tuned 2-socket bare-metal host,
+"""omni.host.conditions on canned sys/ and proc/ trees: a tuned 2-socket bare-metal host,
 an untuned one, a VM like the CI machine, a host without cpufreq; tune and
 reset on a tree, byte for byte; the omni host commands on a tree."""
 
@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from omni import host
-from omni.cli import app
+from omni.cli.main import app
 from omni.errors import OmniError
+from omni.host import conditions as host
 
 CPU = "sys/devices/system/cpu"
 THP = "sys/kernel/mm/transparent_hugepage"
@@ -340,7 +340,7 @@ def test_the_host_commands_run_on_a_fixture_root(untuned, tmp_path):
 
 
 def test_swap_in_use_changes_only_when_it_starts_or_stops():
-    from omni.host import changed_conditions
+    from omni.host.conditions import changed_conditions
 
     rows = [{"swap_used_mb": "12", "governor": "performance"}, {"swap_used_mb": "40", "governor": "performance"}]
     assert changed_conditions(rows) == []

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from omni.procfs import parse_thread_sched
-from omni.sampler import InterferenceSample, summarize_interference
+from omni.measure.procfs import parse_thread_sched
+from omni.measure.sampler import InterferenceSample, summarize_interference
 
 
 def test_thread_sched_reads_cpu_time_wait_and_last_cpu():
@@ -87,7 +87,7 @@ def test_a_timed_part_shorter_than_a_window_has_no_peak():
 def test_own_time_is_taken_off_where_it_flattens_the_busiest_cpu():
     """Our threads' time, placed only by the CPU each last ran on, is spread to
     lower the top: the least foreign load the measurement allows."""
-    from omni.placement import level_off
+    from omni.host.placement import level_off
 
     assert level_off({0: 14.0, 1: 2.0}, 10.0) == {0: 4.0, 1: 2.0}
     assert level_off({0: 30.0, 1: 20.0}, 15.0) == {0: 17.5, 1: 17.5}

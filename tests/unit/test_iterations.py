@@ -1,4 +1,4 @@
-"""omni.iterations: raw engine times -> per-iteration and per-run metrics."""
+"""omni.measure.iterations: raw engine times -> per-iteration and per-run metrics."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from omni.iterations import iteration_metrics, partial_step_counts, percentile, run_metrics
+from omni.measure.iterations import iteration_metrics, partial_step_counts, percentile, run_metrics
 
 
 @pytest.mark.parametrize("values", [[3.0], [1.0, 2.0], [5.0, 1.0, 4.0, 2.0, 3.0], list(np.linspace(1, 7, 31) ** 2)])

@@ -9,8 +9,8 @@ import signal
 
 import pytest
 
-from omni.engine_process import LogReader
 from omni.engines.llamacpp import crash_hint, set_repack, weight_buffers
+from omni.run.engine_process import LogReader
 
 # as llama.cpp (llama-cpp-python 0.3.36) wrote them loading a q4_0 GGUF on a Sapphire Rapids guest
 AMX_LOG = """load_tensors: tensor 'token_embd.weight' (q4_0) (and 9 others) cannot be used with preferred buffer type AMX

@@ -5,8 +5,10 @@ import math
 
 import pytest
 
+from omni.cpulist import format_cpulist
 from omni.errors import OmniError, SpecError
-from omni.load_levels import (
+from omni.host.topology import allocate_slots, read_topology
+from omni.serving.levels import (
     Capacity,
     Level,
     arm_levels,
@@ -24,7 +26,6 @@ from omni.load_levels import (
     slo_verdict,
 )
 from omni.spec import validate_sweep
-from omni.topology import allocate_slots, format_cpulist, read_topology
 from tests.conftest import xeon_8480c_2s
 
 SLO = {"ttft_ms": 2000.0, "tpot_ms": 100.0, "percentile": 99}

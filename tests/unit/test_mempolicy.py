@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from omni.mempolicy import local_fraction, node_list, parse_numa_maps, parse_policy, policy_of_thread
-from omni.placement import verify_binding
-from omni.procfs import read_status
-from omni.sampler import NumaSeen, ProcessSeen, TreeSampler
-from omni.topology import Slot, parse_cpulist
+from omni.cpulist import parse_cpulist
+from omni.host.placement import verify_binding
+from omni.host.topology import Slot
+from omni.measure.mempolicy import local_fraction, node_list, parse_numa_maps, parse_policy, policy_of_thread
+from omni.measure.procfs import read_status
+from omni.measure.sampler import NumaSeen, ProcessSeen, TreeSampler
 
 GUEST = Path(__file__).parents[1] / "fixtures" / "numa_guest"
 HOST = Path(__file__).parents[1] / "fixtures" / "numa_host"  # captured on a one-node host
@@ -178,7 +179,7 @@ def binding_row(numa: NumaSeen, proc: ProcessSeen, steady_read: bool) -> dict:
     the slot, with or without a numa_maps read in steady state."""
     from types import SimpleNamespace
 
-    from omni.runner import fill_binding
+    from omni.run.runner import fill_binding
 
     sampler = TreeSampler(root_pid=proc.pid)
     sampler.seen = {proc.pid: proc}

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import numpy as np
 
-from omni import models, resources
-from omni.models import PRESETS
+from omni.envs import resources
+from omni.models import factory as models
+from omni.models.factory import PRESETS
 
 
 def test_a_matrix_drawn_in_slices_holds_the_values_of_one_draw(monkeypatch):
@@ -32,7 +33,7 @@ def test_realistic_shapes_make_the_ggufs_asked_for_and_tiny_llama_all_at_once(tm
 
     def run(argv, **_):
         calls.append(argv[3:])
-        out = Path(argv[4])  # python -m omni.models PRESET OUT [TYPE ...]
+        out = Path(argv[4])  # python -m omni.models.factory PRESET OUT [TYPE ...]
         out.mkdir(parents=True, exist_ok=True)
         made = {kind: {"file": f"{argv[3]}-{kind}.gguf", "sha256": kind} for kind in argv[5:]}
         (out / "manifest.json").write_text(json.dumps({"gguf": made, "hf_sha256": "h"}))

@@ -15,7 +15,7 @@ import math
 import numpy as np
 import pytest
 
-from omni.modes import (
+from omni.stats.modes import (
     CRITICAL,
     MIN_RUNS,
     NULLS,

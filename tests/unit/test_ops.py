@@ -11,11 +11,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from omni import ops, store
 from omni.errors import SpecError
-from omni.plan import plan_sweep
+from omni.host.topology import Slot
+from omni.measure import ops
+from omni.run.plan import plan_sweep
 from omni.spec import load_spec
-from omni.topology import Slot
+from omni.store import dataset as store
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "traces"
 VOCAB, HIDDEN = 32000, 256  # tiny-llama

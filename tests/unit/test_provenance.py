@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 import omni
-from omni import provenance, row_check
+from omni.host import provenance
+from omni.store import row_check
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 
@@ -242,7 +243,7 @@ def test_host_provenance_on_canned_root(tmp_path, cpuinfo):
 
 
 def test_engine_freeze_hash_leaves_omni_out_and_moves_with_the_engine(tmp_path):
-    from omni.envs import engine_freeze_sha256
+    from omni.envs.build import engine_freeze_sha256
 
     freeze = "numpy==2.3.5\n# Editable Git install with no remote (omni==0.1.0)\n-e {root}\nvllm-cpu==0.32.0\n"
     one = engine_freeze_sha256(freeze.format(root=tmp_path), tmp_path)
@@ -256,7 +257,7 @@ def test_engine_freeze_hash_leaves_omni_out_and_moves_with_the_engine(tmp_path):
 def test_sweep_provenance_names_what_differed():
     import pandas as pd
 
-    from omni.summary import sweep_provenance
+    from omni.report.summary import sweep_provenance
 
     frame = pd.DataFrame(
         {

@@ -1,4 +1,4 @@
-"""KV sized to need and memory compared like for like (omni.provisioning), the
+"""KV sized to need and memory compared like for like (omni.measure.kv), the
 runner's KV rules, and load_s timed from outside the engine."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from omni.provisioning import (
+from omni.measure.kv import (
     MIB,
     OVER_FACTOR,
     Provisioning,
@@ -15,7 +15,7 @@ from omni.provisioning import (
     memory_refusal,
     provisioning_of,
 )
-from omni.runner import kv_rules, loaded_after, validity_rules
+from omni.run.runner import kv_rules, loaded_after, validity_rules
 from omni.spec import Arm
 from tests.rows import store_sweep
 
@@ -76,8 +76,8 @@ def test_a_vllm_row_without_mmap_counts_as_anonymous_weights():
 
 def test_a_memory_verdict_is_refused_and_other_metrics_are_judged(tmp_path):
     store_sweep(tmp_path, "sw", {"a": [1, 1, 1], "b": [1, 1, 1]})
-    from omni.store import load_runs
-    from omni.summary import judge
+    from omni.report.summary import judge
+    from omni.store.dataset import load_runs
 
     frame = load_runs(tmp_path)
     frame["kv_cache_bytes_needed"] = NEED

@@ -1,4 +1,4 @@
-"""What a sample count bounds of a percentile (omni.quantiles): the
+"""What a sample count bounds of a percentile (omni.stats.quantiles): the
 order-statistic upper bound, its coverage by simulation, and the counts
 behind the figures the docs quote (299 for p99, 72 % at 32)."""
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from omni.quantiles import (
+from omni.stats.quantiles import (
     bounded_quantile,
     min_samples,
     percent,

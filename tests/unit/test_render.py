@@ -10,10 +10,10 @@ from types import SimpleNamespace as NS
 
 import pytest
 
-from omni import render
+from omni.cli import render
+from omni.host.topology import Node, Topology
+from omni.report.units import metric_quantity, number, quantity, ratio_interval
 from omni.spec import LoadedSpec, validate_sweep
-from omni.topology import Node, Topology
-from omni.units import metric_quantity, number, quantity, ratio_interval
 
 
 @pytest.mark.parametrize(

@@ -2,8 +2,8 @@
 
 import os
 
-from omni.mempolicy import parse_numa_maps
-from omni.sampler import NumaSeen, TreeSampler, summarize_series
+from omni.measure.mempolicy import parse_numa_maps
+from omni.measure.sampler import NumaSeen, TreeSampler, summarize_series
 
 
 def test_summarize_series_phases():

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from concurrent.futures import Future
 
-from omni.plan import plan_sweep
-from omni.request import SweepRequest
-from omni.schedule import dispatch
-from omni.sweep import prepare_sweep
-from omni.topology import Slot
+from omni.host.topology import Slot
+from omni.run.plan import plan_sweep
+from omni.run.schedule import dispatch
+from omni.sweep.prepare import prepare_sweep
+from omni.sweep.request import SweepRequest
 from tests.specs import synthetic, write_spec
 
 SLOTS = [Slot(0, 0, (0, 1), (0,)), Slot(1, 1, (2, 3), (1,))]

@@ -1,4 +1,4 @@
-"""The sequential rule of ``passes: auto`` (omni.sequential).
+"""The sequential rule of ``passes: auto`` (omni.stats.sequential).
 
 The boundaries are checked against scipy's multivariate normal (exact, a
 few looks) and a simulated canonical process (many looks); the rule itself
@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from scipy.stats import multivariate_normal
 
-from omni.sequential import (
+from omni.stats.sequential import (
     DEFAULT_MAX_PASSES,
     FIRST_LOOK,
     boundaries,
@@ -28,7 +28,7 @@ from omni.sequential import (
     passes_to_stop,
     spent,
 )
-from omni.stats import Comparison
+from omni.stats.verdicts import Comparison
 from tests.conftest import REPO
 
 PRIMARY = 1 - 0.04 / 3  # a default spec's primary level: 3 primaries share 4 % of 5 %

@@ -1,4 +1,4 @@
-"""The serving part of a sweep's summary (omni.serving_summary) from stored
+"""The serving part of a sweep's summary (omni.serving.summary) from stored
 levels: each level's SLO over its runs, met only on a bound its requests
 give, and said to be not established where they are too few."""
 
@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-from omni import store
-from omni.load_levels import Level, level_record, request_records, run_capacity
-from omni.serving_summary import LevelSlo, serving_summary
+from omni.serving.levels import Level, level_record, request_records, run_capacity
+from omni.serving.summary import LevelSlo, serving_summary
+from omni.store import dataset as store
 
 SLO = {"ttft_ms": 100.0, "tpot_ms": 100.0, "percentile": 99}
 SWEEP = "s-serve"
@@ -107,7 +107,7 @@ def test_a_level_stored_before_the_bounds_is_never_read_as_met(tmp_path):
 
 
 def test_the_printed_summary_says_what_each_levels_requests_bound(serving):
-    from omni.report import serving_markdown
+    from omni.report.markdown import serving_markdown
 
     text = "\n".join(serving_markdown(serving))
     assert "| not established 2/2: 32 requests bound only p91 at 95 % (p99 needs 299) | baseline |" in text

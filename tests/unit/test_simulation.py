@@ -1,4 +1,4 @@
-"""The simulation suite of omni's own decision code (omni.simulation): the
+"""The simulation suite of omni's own decision code (omni.stats.simulation): the
 quick rows hold, and the check has teeth (the rule omni used to use fails it)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import math
 import numpy as np
 from scipy import stats as sps
 
-from omni.simulation import LEVEL, Row, _pair, aa_false_calls, rows_markdown, simulate
+from omni.stats.simulation import LEVEL, Row, _pair, aa_false_calls, rows_markdown, simulate
 
 
 def test_the_quick_rows_hold_their_stated_rates():

@@ -492,8 +492,8 @@ def test_yaml_scalars_read_as_meant(tmp_path):
 
 
 def test_a_defaulted_control_leaves_with_passes_below_three(tmp_path):
-    from omni.plan import plan_sweep
-    from omni.topology import Slot
+    from omni.host.topology import Slot
+    from omni.run.plan import plan_sweep
 
     spec = {"name": "ctl", "arms": [{"name": n, "engine": "synthetic"} for n in "ab"]}
     loaded = load_spec(write(tmp_path, json.dumps(spec), "ctl.json"))
@@ -528,12 +528,12 @@ def test_repo_arms_size_their_kv_pool_to_the_need(path):
     """Every real-engine arm of arms/ on a preset sets context_len, and a vLLM
     arm's pool is its need (batch x context_len x the shape's KV bytes per
     token) up to the factor block rounding may take, so its memory verdicts
-    are like for like (omni.provisioning); llama.cpp's context is the need.
+    are like for like (omni.measure.kv); llama.cpp's context is the need.
     The pool holds every sequence's whole 128-token blocks (vLLM CPU's block
     size) and one more: vLLM keeps one back as its null block, and a pool of
     exactly the need preempts a sequence."""
-    from omni.models import PRESETS
-    from omni.provisioning import OVER_FACTOR
+    from omni.measure.kv import OVER_FACTOR
+    from omni.models.factory import PRESETS
 
     block = 128
     for arm in load_spec(path).sweep.arms:

@@ -14,8 +14,8 @@ import pytest
 import yaml
 
 from flows.serve import build_deployments
-from omni import stack
 from omni.errors import OmniError
+from omni.fleet import stack
 from omni.spec import load_spec
 from tests.conftest import REPO
 

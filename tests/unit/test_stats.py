@@ -9,8 +9,9 @@ import math
 import numpy as np
 import pytest
 
-from omni.intervals import blocked_log_interval, generalized_half_width, welch_log_interval
-from omni.stats import (
+from omni.report.units import ratio_interval
+from omni.stats.intervals import blocked_log_interval, generalized_half_width, welch_log_interval
+from omni.stats.verdicts import (
     adjust_for_multiplicity,
     compare,
     describe,
@@ -20,7 +21,6 @@ from omni.stats import (
     summarize,
     within_run_variance,
 )
-from omni.units import ratio_interval
 
 
 def test_summary_of_fixed_data():
@@ -388,7 +388,7 @@ def test_blocked_interval_falls_back_to_welch_where_it_cannot_be_fitted():
 
 
 def rotated(rng, center: float, arm: int, passes: int, cv: float, slot_effect: float):
-    """An arm's run values when passes rotate it over 2 slots (omni.plan):
+    """An arm's run values when passes rotate it over 2 slots (omni.run.plan):
     pass p on slot (arm + p) mod 2, slot 1 ``slot_effect`` slower."""
     slots = [(arm + p) % 2 for p in range(passes)]
     return center * np.exp(rng.normal(0, cv, passes) - slot_effect * np.array(slots)), slots

@@ -11,8 +11,9 @@ import pyarrow as pa
 import pyarrow.parquet  # noqa: F401 - pa.parquet
 import pytest
 
-from omni import columns, compaction, row_check, store
 from omni.errors import OmniError
+from omni.store import columns, compaction, row_check
+from omni.store import dataset as store
 from tests.rows import T0, full_row, store_full_rows
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
@@ -382,7 +383,7 @@ def test_compaction_counts_every_row_once_for_omni_and_for_pandas(tmp_path):
     # resume still sees every run: run files are never removed
     assert store.stored_run_ids(tmp_path, "s1") == set(first + late)
     # a retracted sweep's rows, read from its parts, and a retracted run's are left out
-    from omni.retract import retract, without_retracted
+    from omni.store.retract import retract, without_retracted
 
     retract(tmp_path, "s1", "wrong model")
     retract(tmp_path, other[0], "a busy neighbour")
@@ -426,7 +427,7 @@ def test_racing_compactions_write_disjoint_parts(tmp_path, monkeypatch):
 
 
 def test_retracting_a_run_of_a_compacted_sweep(tmp_path):
-    from omni.retract import retract, without_retracted
+    from omni.store.retract import retract, without_retracted
 
     ids = store_full_rows(tmp_path, "s1", 3)
     compaction.compact_sweep(tmp_path, "s1")
@@ -446,7 +447,7 @@ def test_one_row_files_carry_no_statistics_or_registry_text(tmp_path):
 
 
 def test_consolidation_merges_loose_parts_and_still_counts_every_row_once(tmp_path):
-    from omni.retract import retract, without_retracted
+    from omni.store.retract import retract, without_retracted
 
     sweeps = {f"s{i}": store_full_rows(tmp_path, f"s{i}", 3) for i in range(3)}
     for sweep_id in sweeps:

@@ -13,16 +13,16 @@ import numpy as np
 import pytest
 import yaml
 
-from omni.calibration import calibrate_from
-from omni.compare import compare_sweeps
 from omni.errors import OmniError
-from omni.report import as_json, summary_markdown, write_outputs
-from omni.report_html import html_report
-from omni.retract import retract
-from omni.runner import validity_rules
+from omni.history.calibration import calibrate_from
+from omni.history.compare import compare_sweeps
+from omni.report.html import html_report
+from omni.report.markdown import as_json, summary_markdown, write_outputs
+from omni.report.summary import summarize_sweep
+from omni.run.runner import validity_rules
 from omni.spec import Arm
-from omni.store import write_run
-from omni.summary import summarize_sweep
+from omni.store.dataset import write_run
+from omni.store.retract import retract
 from tests.rows import store_sweep
 
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
@@ -110,7 +110,7 @@ def test_memory_compared_across_mmap_modes_is_refused(tmp_path):
     store_sweep(tmp_path, "sw", {"a": [1, 1, 1], "b": [1, 1, 1]})
     import pandas as pd
 
-    from omni.summary import judge
+    from omni.report.summary import judge
 
     frame = pd.read_parquet(tmp_path / "runs")
     frame.loc[frame["arm"] == "b", "mmap"] = True
@@ -125,8 +125,8 @@ def test_load_time_of_an_arm_whose_runs_mixed_warm_and_cold_compiled_starts_is_r
     load_s, named in the sweep's warnings; two arms each consistent (the AOT
     patch's very effect: loaded against recompiled) are compared."""
     store_sweep(tmp_path, "sw", {"a": [1, 1, 1], "b": [1, 1, 1]})
-    from omni.store import load_runs
-    from omni.summary import judge
+    from omni.report.summary import judge
+    from omni.store.dataset import load_runs
 
     frame = load_runs(tmp_path)
     frame["load_s"] = [30.0, 30.5, 29.8, 12.0, 31.0, 30.2]
@@ -266,7 +266,7 @@ def test_a_control_that_differs_from_its_replica_flags_the_metric_untrustworthy(
 
 
 def test_primary_metrics_lead_every_view_and_the_others_are_adjusted(tmp_path):
-    from omni.report import verdicts_markdown
+    from omni.report.markdown import verdicts_markdown
 
     store_sweep(tmp_path, "pm", {"base": [100, 101, 99, 100.5, 99.5], "new": [90, 91, 89, 90.5, 89.5]}, memory=100.0)
     spec_copy(tmp_path, "pm", ["base", "new"], primary_metrics=["rss_anon_steady_mb"], control=False)
@@ -291,9 +291,9 @@ def test_primary_metrics_lead_every_view_and_the_others_are_adjusted(tmp_path):
 
 
 def test_a_void_arm_is_marked_in_every_view_and_kept_out_of_every_verdict(tmp_path):
-    from omni.ops import HEAD_RULE
-    from omni.report import verdicts_markdown
-    from omni.report_compare import comparison_markdown
+    from omni.measure.ops import HEAD_RULE
+    from omni.report.across import comparison_markdown
+    from omni.report.markdown import verdicts_markdown
 
     for sweep in ("v1", "v2"):
         store_sweep(tmp_path, sweep, {"base": [100, 101, 99], "int4": [150, 151, 149]})
@@ -360,7 +360,7 @@ def test_slot_is_a_blocking_factor_in_verdicts(tmp_path):
 
 
 def test_too_few_passes_is_one_line_and_warnings_of_one_rule_collapse(tmp_path):
-    from omni.report import collapse_warnings
+    from omni.report.markdown import collapse_warnings
 
     store_sweep(tmp_path, "few", {"base": [100, 130, 80], "new": [90, 120, 70]}, memory=100.0)
     summary = summarize_sweep(tmp_path, "few")
@@ -416,7 +416,7 @@ def test_a_bimodal_arm_is_found_explained_and_named_beside_its_verdict(tmp_path)
     """The arm's engine processes ran near 480 or near 1150 tok/s, the slow
     ones with 40x the EngineCore thread's involuntary switches; the
     baseline's runs agree. Then a bimodal baseline with no telemetry."""
-    from omni.report import verdicts_markdown
+    from omni.report.markdown import verdicts_markdown
 
     slow_fast = [480.0, 1150.0, 470.0, 1130.0, 495.0, 1160.0]
     steady = [1000.0, 1010.0, 990.0, 1005.0, 995.0, 1002.0]
@@ -455,7 +455,7 @@ def test_a_comparison_of_two_sweeps_says_which_sweep_ran_an_arm_in_two_states_or
     """Across sweeps as within one: a verdict on an arm that ran in two
     states in one of the sweeps says so, and the states (and runs that
     differ beyond their iterations) of each sweep are listed with the sweep."""
-    from omni.report_compare import comparison_markdown
+    from omni.report.across import comparison_markdown
 
     steady = [1000.0, 1010.0, 990.0, 1005.0, 995.0, 1002.0]
     slow_fast = [480.0, 1150.0, 470.0, 1130.0, 495.0, 1160.0]
@@ -479,8 +479,8 @@ def test_a_nightly_change_made_by_one_disturbed_run_says_so(tmp_path):
     one ran 14 % slower than the others: the regression is flagged as
     every regression is, and named as a night whose runs were not steady;
     a night that moved as a whole is not."""
-    from omni.compare import nightly_changes
-    from omni.report_compare import changes_markdown
+    from omni.history.compare import nightly_changes
+    from omni.report.across import changes_markdown
 
     iterated = {"decode_tok_s_iter_sd_log": 0.005, "decode_tok_s_iter_ac1_log": -0.2, "iterations": 5}
     for night, center in enumerate([100, 101, 99, 100.5, 99.5]):
@@ -502,8 +502,8 @@ def test_a_nightly_change_made_by_one_disturbed_run_says_so(tmp_path):
 def test_a_verdict_across_hosts_says_on_which_host_a_side_ran_in_two_states():
     from types import SimpleNamespace
 
-    from omni.stats import Comparison
-    from omni.summary import Judged, across_hosts
+    from omni.report.summary import Judged, across_hosts
+    from omni.stats.verdicts import Comparison
 
     def host(bimodal):
         worse = Comparison(6, 6, 0.8, 0.7, 0.9, 0.05, 0.1, 0.0, "worse")
@@ -598,7 +598,7 @@ def test_identical_memory_values_never_give_an_interval_of_width_zero():
     equivalent within min_effect."""
     import pandas as pd
 
-    from omni.summary import judge
+    from omni.report.summary import judge
 
     def frame(a, b):
         n = len(a) + len(b)

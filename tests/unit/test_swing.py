@@ -1,4 +1,4 @@
-"""Runs that differ beyond their iterations (omni.swing): the AR(1) moments
+"""Runs that differ beyond their iterations (omni.stats.swing): the AR(1) moments
 it rests on, its stated 1 % with correlated iterations, its power, and the
 arm-level call the summary makes.
 
@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from omni.iterations import ac1_log, sd_log
-from omni.swing import (
+from omni.measure.iterations import ac1_log, sd_log
+from omni.stats.swing import (
     MIN_ITERATIONS,
     RHO_GRID,
     SWING_ALPHA,
@@ -57,7 +57,7 @@ def test_the_ar1_moments_are_the_textbook_ones():
 
 
 def test_the_stored_iteration_statistics_are_the_vectorised_ones():
-    """What a run's row stores (omni.iterations) is what the simulations compute."""
+    """What a run's row stores (omni.measure.iterations) is what the simulations compute."""
     rng = np.random.default_rng(3)
     logs = ar1_logs(rng, 4, 3, 6, 0.5)
     medians, sds, ac1s = run_statistics(logs)
@@ -146,9 +146,9 @@ def test_runs_stored_before_v14_read_with_no_correlation_and_are_not_tested(tmp_
     them (iterations and their sd, no lag-1 autocorrelation), one 30 % slow:
     upgraded on read with the correlation null, and the arm not tested,
     saying why, rather than tested as if its iterations were independent."""
-    from omni.columns import SCHEMA_VERSION
-    from omni.store import load_runs
-    from omni.summary import arm_swing
+    from omni.report.summary import arm_swing
+    from omni.store.columns import SCHEMA_VERSION
+    from omni.store.dataset import load_runs
 
     partition = tmp_path / "runs" / "sweep=s-2026-12-04"
     partition.mkdir(parents=True)

@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-import omni.procfs as procfs
-from omni.procfs import (
+import omni.measure.procfs as procfs
+from omni.measure.procfs import (
     ThreadSchedReader,
     busy_idle,
     cpu_stat,
@@ -22,7 +22,7 @@ from omni.procfs import (
     read_thread_sched,
     read_threads_sched,
 )
-from omni.sampler import InterferenceSample, ThreadTotals, TreeSampler, summarize_telemetry, thread_table
+from omni.measure.sampler import InterferenceSample, ThreadTotals, TreeSampler, summarize_telemetry, thread_table
 
 STAT = b"4242 (VLLM::EngineCor) R 1 4242 4242 0 -1 4194304 " + b" ".join(b"%d" % i for i in range(10, 46))
 SCHED = b"""VLLM::EngineCor (4242, #threads: 9)

@@ -1,9 +1,10 @@
 import pytest
 from pydantic import ValidationError
 
+from omni.cpulist import format_cpulist, parse_cpulist
 from omni.errors import OmniError
+from omni.host.topology import allocate_slots, physical_cores, read_topology
 from omni.spec import SlotRequest
-from omni.topology import allocate_slots, format_cpulist, parse_cpulist, physical_cores, read_topology
 from tests.conftest import make_sysfs, xeon_8480c_2s
 
 

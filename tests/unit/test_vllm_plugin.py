@@ -138,8 +138,8 @@ def test_compile_cache_state_is_read_from_vllms_own_log_lines():
 def test_a_kernel_fallback_vllm_logs_is_kept_by_the_log_reader_and_named_once(tmp_path):
     import io
 
-    from omni.engine_process import LogReader
     from omni.engines.vllm import fallback_notes
+    from omni.run.engine_process import LogReader
 
     # as vLLM 0.32 wrote it loading Llama-3.2-1B's shape on a Zen 5 guest without AMX
     said = (

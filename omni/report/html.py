@@ -1,0 +1,418 @@
+"""The sweep report: one self-contained HTML file, plots drawn by matplotlib.
+
+Sections, linked from a contents list at the top: the verdicts against the
+baseline (a forest plot), the results table per arm, one plot per metric
+(runs, median and its interval, in the metric's unit), nightly trends when
+the spec has earlier sweeps, and the sweep's provenance. Plots are inline
+SVG with their text kept as text (``svg.fonttype: none``); no scripts run
+and nothing is fetched, so the file opens anywhere.
+"""
+
+from __future__ import annotations
+
+import html
+import io
+import json
+
+from omni.report.markdown import (
+    VERDICT_COLORS,
+    arm_label,
+    as_json,
+    bimodal_note,
+    collapse_warnings,
+    format_number,
+    median_interval,
+    metric_groups,
+    serving_markdown,
+    states_text,
+    verdict_method,
+    verdict_text,
+)
+from omni.report.summary import SweepSummary
+from omni.report.units import RATIO_SHOWN
+from omni.stats.controls import untrusted
+from omni.stats.verdicts import MIN_INTERVAL_RUNS
+from omni.store.columns import COLUMNS_BY_NAME
+
+WIDTH_IN = 8.5  # inches at 96 dpi: about 820 px, the page's column
+# ratios a person reads at a glance, symmetric on a log axis (x0.8 and x1.25)
+RATIO_TICKS = (
+    0.01,
+    0.02,
+    0.05,
+    0.1,
+    0.2,
+    0.5,
+    0.667,
+    0.8,
+    0.9,
+    0.95,
+    0.98,
+    1,
+    1.02,
+    1.05,
+    1.1,
+    1.25,
+    1.5,
+    2,
+    5,
+    10,
+    20,
+    50,
+    100,
+)
+
+
+def preload() -> None:
+    """Import and set up matplotlib now (half a second), while something else is waited for."""
+    _pyplot()
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display; also keeps a worker thread off any GUI
+    import matplotlib.pyplot as plt
+
+    plt.rcParams.update(
+        {
+            "svg.fonttype": "none",
+            "font.size": 10,
+            "axes.spines.top": False,
+            "axes.spines.right": False,
+            "figure.dpi": 96,
+        }
+    )
+    return plt
+
+
+def _svg(fig) -> str:
+    """The figure as inline SVG, cropped to its ink so no label is cut."""
+    plt = _pyplot()
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
+    plt.close(fig)
+    text = buf.getvalue()
+    return text[text.index("<svg") :]
+
+
+def unit_of(metric: str) -> str:
+    unit = COLUMNS_BY_NAME[metric].unit
+    return f"{metric} ({unit})" if unit else metric
+
+
+def spaced_ticks(low: float, high: float, most: int = 9) -> list[float]:
+    """RATIO_TICKS inside (low, high), 1 always, none closer than 1/most of the log span."""
+    import math
+
+    gap = (math.log(high) - math.log(low)) / most
+    kept = [1.0]
+    for tick in sorted(RATIO_TICKS, key=lambda t: abs(math.log(t))):
+        if low <= tick <= high and all(abs(math.log(tick) - math.log(k)) >= gap for k in kept):
+            kept.append(tick)
+    return sorted(kept)
+
+
+def forest_svg(summary: SweepSummary, metrics=None) -> str:
+    """Ratio (arm / baseline) with its interval per (arm, metric) on a log
+    axis, for ``metrics`` (default: all); the grey band of each row is its
+    +-min_effect, the verdict its color. A VOID arm has no verdict, no row."""
+    shown = set(summary.metrics if metrics is None else metrics)
+    rows = [
+        ((arm, metric), j.comparison)
+        for (arm, metric), j in summary.judged.items()
+        if j.comparison and j.comparison.ci_low is not None and metric in shown
+    ]
+    if not rows:
+        return ""
+    plt = _pyplot()
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+
+    fig, ax = plt.subplots(figsize=(WIDTH_IN, 0.28 * len(rows) + 1.0))
+    for y, ((arm, metric), c) in enumerate(rows):
+        ax.fill_betweenx([y - 0.4, y + 0.4], 1 / (1 + c.min_effect), 1 + c.min_effect, color="#d0d7de", alpha=0.6, lw=0)
+        color = VERDICT_COLORS[c.verdict]
+        # one group per row in the SVG, <g id="forest-ARM-METRIC">: linkable, and checkable.
+        # Drawn within the ratios the tables show: a bound beyond them (2 runs a
+        # side can reach 1e-300 or inf) ends in an arrow, not a scale of 600 decades
+        low, high = max(c.ci_low, RATIO_SHOWN[0]), min(c.ci_high, RATIO_SHOWN[1])
+        ax.plot([low, high], [y, y], color=color, lw=2, gid=f"forest-{arm}-{metric}")
+        for bound, end, arrow in ((c.ci_low, low, "<"), (c.ci_high, high, ">")):
+            if bound != end:
+                ax.plot([end], [y], arrow, color=color, ms=6, gid=f"forest-{arm}-{metric}-beyond")
+        ax.plot([c.ratio], [y], "s", color=color, ms=5, gid=f"forest-{arm}-{metric}-ratio")
+    ax.axvline(1.0, color="#24292f", lw=0.8, ls="--")
+    ax.set_xscale("log")
+    low, high = ax.get_xlim()
+    ax.xaxis.set_major_locator(FixedLocator(spaced_ticks(low, high)))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"×{v:g}"))
+    ax.set_yticks(range(len(rows)), [f"{arm} · {metric}" for (arm, metric), _ in rows])
+    ax.invert_yaxis()
+    ax.set_xlabel("ratio to the baseline (geometric means, interval at the metric's level; grey: ±min_effect)")
+    return _svg(fig)
+
+
+def distribution_svg(summary: SweepSummary, metric: str) -> str:
+    """Each arm's runs as dots, its median as a bar, the median's interval as a thick line."""
+    arms = [a for a in summary.arms if summary.values.get((a, metric))]
+    if not arms:
+        return ""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(WIDTH_IN, 0.35 * len(arms) + 0.9))
+    for y, arm in enumerate(arms):
+        cell = summary.cells[(arm, metric)]
+        values = summary.values[(arm, metric)]
+        jitter = [((j * 7) % 9 - 4) * 0.03 for j in range(len(values))]
+        ax.plot(values, [y + d for d in jitter], "o", color="#24292f", alpha=0.7, ms=4)
+        if cell.ci_low is not None:
+            ax.plot([cell.ci_low, cell.ci_high], [y, y], color="#0969da", lw=5, alpha=0.4, solid_capstyle="butt")
+        if cell.median is not None:
+            ax.plot([cell.median, cell.median], [y - 0.3, y + 0.3], color="#0969da", lw=2)
+    ax.set_yticks(range(len(arms)), arms)
+    ax.set_ylim(len(arms) - 0.5, -0.5)
+    ax.set_xlabel(unit_of(metric))
+    ax.ticklabel_format(axis="x", style="plain", useOffset=False)
+    return _svg(fig)
+
+
+def trend_svg(points: list[tuple[str, float, float]], changes: set[str], title: str, metric: str) -> str:
+    """Per-sweep medians of one arm and metric with a band of +-noise; red: a flagged change."""
+    if len(points) < 2:
+        return ""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(WIDTH_IN, 2.0))
+    xs = list(range(len(points)))
+    meds = [m for _, m, _ in points]
+    ax.fill_between(
+        xs, [m * (1 - f) for _, m, f in points], [m * (1 + f) for _, m, f in points], color="#d0d7de", alpha=0.6, lw=0
+    )
+    ax.plot(xs, meds, color="#0969da", lw=1.5)
+    for x, (sweep, m, _f) in zip(xs, points):
+        ax.plot([x], [m], "o", color="#cf222e" if sweep in changes else "#0969da", ms=5)
+    ax.set_xticks(xs, [s[-12:] for s, _, _ in points], rotation=20, ha="right", fontsize=8)
+    ax.set_ylabel(unit_of(metric))
+    ax.set_title(title, fontsize=10, loc="left")
+    return _svg(fig)
+
+
+def results_table(summary: SweepSummary) -> str:
+    """Per arm and metric, the primary metrics first (a header row before
+    each group), a VOID arm marked."""
+    head = ["arm", "metric", "unit", "n", "median", "MAD", "CV", "95 % CI of median", "min", "max", "vs baseline"]
+    rows = []
+    for title, metrics in metric_groups(summary):
+        rows.append(f'<tr class="group"><th colspan="{len(head)}">{html.escape(title)}</th></tr>')
+        rows += [_result_row(summary, arm, metric) for arm in summary.arms for metric in metrics]
+    return (
+        '<table id="results"><thead><tr>'
+        + "".join(f"<th>{h}</th>" for h in head)
+        + "</tr></thead><tbody>"
+        + "".join(rows)
+        + "</tbody></table>"
+    )
+
+
+def _result_row(summary: SweepSummary, arm: str, metric: str) -> str:
+    cell = summary.cells[(arm, metric)]
+    verdict = "baseline" if arm == summary.baseline else verdict_text(summary.judged[(arm, metric)])
+    if untrusted(summary, arm, metric) and arm not in (summary.baseline, summary.control, *summary.void):
+        verdict += " (untrustworthy)"
+    verdict += bimodal_note(summary, arm, metric)
+    cv = f"{cell.cv:.1%}" if cell.cv is not None else "-"
+    link = f'<a href="#metric-{html.escape(metric)}">{html.escape(metric)}</a>'
+    cells = [
+        html.escape(arm_label(summary, arm)),
+        link,
+        html.escape(COLUMNS_BY_NAME[metric].unit or ""),
+        str(cell.n),
+        format_number(cell.median),
+        format_number(cell.mad),
+        cv,
+        html.escape(median_interval(cell)),
+        format_number(cell.min),
+        format_number(cell.max),
+        html.escape(verdict),
+    ]
+    return "<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>"
+
+
+def states_list(summary: SweepSummary) -> str:
+    """The arms whose runs fell into two states on a primary metric, and what separates them."""
+    if not summary.states:
+        return ""
+    items = "".join(
+        f"<li><code>{html.escape(arm)}</code> {html.escape(metric)}: {html.escape(states_text(summary, arm, metric))}</li>"
+        for arm, metric in summary.states
+    )
+    return f'<p>Two states (an arm\'s runs in two clusters; its verdict pools them):</p><ul id="states">{items}</ul>'
+
+
+def provenance_table(summary: SweepSummary) -> str:
+    def show(value) -> str:
+        return html.escape(", ".join(map(str, value)) if isinstance(value, list) else str(value))
+
+    facts = summary.provenance or {}
+    rows = [
+        f"<tr><th>{html.escape(k)}</th><td colspan=2>{show(v)}</td></tr>"
+        for k, v in facts.get("sweep", {}).items()
+        if v is not None
+    ]
+    for arm, arm_facts in facts.get("arms", {}).items():
+        rows += [
+            f"<tr><th>{html.escape(arm)}</th><td>{html.escape(k)}</td><td>{show(v)}</td></tr>"
+            for k, v in arm_facts.items()
+            if v is not None
+        ]
+    rows += [
+        f"<tr><th>calibration</th><td>{html.escape(arm)}</td><td>{html.escape(src)}</td></tr>"
+        for arm, src in summary.calibrations.items()
+    ]
+    return '<table id="provenance-table">' + "".join(rows) + "</table>"
+
+
+CURVE_PANELS = (("tpot_p99_ms", "tpot_ms", "p99 TPOT (ms)"), ("ttft_p99_ms", "ttft_ms", "p99 TTFT (ms)"))
+
+
+def curve_svg(serving) -> str:
+    """Each serving arm's latency-throughput curve: per level, the median over
+    runs of its output tok/s against its p99 TPOT and p99 TTFT, the runs'
+    range as bars, levels joined in load order; the dashed line is the SLO."""
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(WIDTH_IN, 3.4))
+    for ax, (metric, limit, title) in zip(axes, CURVE_PANELS, strict=True):
+        for arm in serving.arms:
+            xs, ys, xerr, yerr, names = [], [], [[], []], [[], []], []
+            for key in serving.levels:
+                x, y = serving.cells[(arm, key, "output_tok_s")], serving.cells[(arm, key, metric)]
+                if x.median is None or y.median is None:
+                    continue
+                xs.append(x.median)
+                ys.append(y.median)
+                xerr[0].append(x.median - x.min)
+                xerr[1].append(x.max - x.median)
+                yerr[0].append(y.median - y.min)
+                yerr[1].append(y.max - y.median)
+                names.append(key)
+            if not xs:
+                continue
+            line = ax.errorbar(xs, ys, xerr=xerr, yerr=yerr, marker="o", ms=4, capsize=2, label=arm, gid=f"curve-{arm}")
+            for x, y, name in zip(xs, ys, names, strict=True):
+                ax.annotate(
+                    name, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7, color=line[0].get_color()
+                )
+        limits = {slo[limit] for slo in serving.slo.values() if slo}
+        for value in limits:
+            ax.axhline(value, color="#cf222e", lw=0.8, ls="--", gid=f"slo-{limit}")
+        ax.set_xlabel("output tok/s")
+        ax.set_ylabel(title)
+        ax.set_yscale("log")
+    axes[0].legend(fontsize=8)
+    return _svg(fig)
+
+
+def serving_section(summary: SweepSummary) -> list[str]:
+    if summary.serving is None:
+        return []
+    text = "\n".join(serving_markdown(summary.serving))
+    return [
+        '<section id="serving"><h2>Serving</h2><p>Latency against throughput per arm, one point per load level '
+        "(median over runs, bars: the runs' range); dashed red: the SLO's limit.</p>",
+        f'<div id="curve">{curve_svg(summary.serving)}</div>',
+        f'<pre style="white-space:pre-wrap">{html.escape(text)}</pre>',
+        "</section>",
+    ]
+
+
+def html_report(summary: SweepSummary, history: dict | None = None) -> str:
+    """``history``: {"points": {(arm, metric): [(sweep, median, floor)]}, "changes": [Change]}."""
+    sections = [
+        ("verdicts", "Against the baseline"),
+        ("results-table", "Results per arm"),
+        ("distributions", "Per metric"),
+        ("provenance", "Provenance"),
+    ]
+    trends = history and history.get("points")
+    if trends:
+        sections.insert(3, ("trends", "Nightly trend"))
+    if summary.serving is not None:
+        sections.insert(1, ("serving", "Serving"))
+    body = [
+        f"<h1>sweep {html.escape(summary.sweep_id)}</h1>",
+        f"<p>spec <code>{html.escape(summary.sweep_name)}</code>, baseline arm "
+        f"<code>{html.escape(str(summary.baseline))}</code>"
+        + (f", live A/A control <code>{html.escape(summary.control)}</code>" if summary.control else "")
+        + f"; {summary.excluded} retracted run(s) left out.</p>",
+        '<nav id="contents"><ul>' + "".join(f'<li><a href="#{i}">{t}</a></li>' for i, t in sections) + "</ul></nav>",
+    ]
+    if summary.void:
+        body.append(
+            '<ul class="void" id="void">'
+            + "".join(
+                f"<li><b>VOID {html.escape(arm)}</b>: every number of it, its timed runs included, is kept out of "
+                f"every verdict: {html.escape(why)}</li>"
+                for arm, why in summary.void.items()
+            )
+            + "</ul>"
+        )
+    if summary.warnings:
+        body.append(
+            '<ul class="warn" id="warnings">'
+            + "".join(f"<li>{html.escape(w)}</li>" for w in collapse_warnings(summary.warnings))
+            + "</ul>"
+        )
+    legend = " ".join(f'<span style="color:{c}">&#9632; {v}</span>' for v, c in VERDICT_COLORS.items())
+    others = [m for m in summary.metrics if m not in summary.primary]
+    other_forest = forest_svg(summary, others) if summary.primary and others else ""
+    body += [
+        '<section id="verdicts"><h2>Against the baseline</h2>',
+        f"<p>{html.escape(verdict_method(summary))} Each run is the median of its iterations. {legend}</p>",
+        f'<div id="forest">{forest_svg(summary, summary.primary or None)}</div>',
+        f'<details id="forest-others"><summary>Other metrics</summary>{other_forest}</details>' if other_forest else "",
+        states_list(summary),
+        "</section>",
+        *serving_section(summary),
+        '<section id="results-table"><h2>Results per arm</h2>',
+        results_table(summary),
+        "</section>",
+        '<section id="distributions"><h2>Per metric</h2><p>Dots: runs; bar: median; thick line: the median\'s '
+        f"exact 95 % interval (order statistics), from {MIN_INTERVAL_RUNS} runs on (below, even [min, max] "
+        "holds the median less than 95 % of the time).</p>",
+    ]
+    for metric in summary.metrics:
+        effect, source = summary.min_effects[metric]
+        body += [
+            f'<div class="metric" id="metric-{html.escape(metric)}"><h3>{html.escape(unit_of(metric))} '
+            f"<small>min_effect {effect:.1%} ({html.escape(source)}) · "
+            f'<a href="#results-table">table</a></small></h3>',
+            distribution_svg(summary, metric),
+            "</div>",
+        ]
+    body.append("</section>")
+    if trends:
+        flagged: dict = {}
+        for c in history["changes"]:
+            flagged.setdefault((c.arm, c.metric), set()).add(c.sweep_id)
+        body.append(
+            '<section id="trends"><h2>Nightly trend</h2><p>Per-sweep medians of this spec; band: ±noise; '
+            "red: a flagged change.</p>"
+        )
+        for (arm, metric), points in sorted(history["points"].items()):
+            body.append(trend_svg(points, flagged.get((arm, metric), set()), f"{arm} · {metric}", metric))
+        body.append("</section>")
+    body += [
+        '<section id="provenance"><h2>Provenance</h2>',
+        provenance_table(summary),
+        "</section>",
+        f'<script type="application/json" id="summary">{html.escape(json.dumps(as_json(summary), default=str, allow_nan=False))}</script>',
+    ]
+    style = (
+        "body{font-family:system-ui,sans-serif;margin:24px;color:#24292f;background:#fff;max-width:900px}"
+        "table{border-collapse:collapse;font-size:12px}td,th{border-bottom:1px solid #d0d7de;padding:2px 6px;"
+        "text-align:left}.warn{color:#9a6700}.void{color:#cf222e}tr.group th{background:#f6f8fa}svg{max-width:100%;height:auto}nav ul{display:flex;gap:16px;"
+        "list-style:none;padding:0}"
+    )
+    return (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>omni {html.escape(summary.sweep_id)}</title>"
+        f"<style>{style}</style></head><body>{''.join(body)}</body></html>\n"
+    )

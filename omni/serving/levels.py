@@ -1,0 +1,462 @@
+"""A serving arm's load levels: the load generator's command, what one level
+stores, when a level is not to be judged, and the capacity under the SLO.
+
+One server start is one run; its levels are that run's iterations, run in
+an order the sweep's seed shuffles per run. A level is one run of ``vllm
+bench serve`` (closed loop: ``--max-concurrency``; open loop:
+``--request-rate`` with ``--burstiness``) with ``--save-detailed``: each
+request's TTFT, inter-token latencies, end-to-end latency and error. omni
+computes every figure from those per-request times itself, with vLLM's
+definitions (``vllm/benchmarks/serve.py`` ``calculate_metrics``): TPOT is
+(e2e - TTFT) / (output tokens - 1), ITL the gaps between streamed chunks.
+
+A level's percentiles are the interpolated sample percentiles ``vllm bench
+serve`` states; beside each, its count and its 95 % upper bound
+(:mod:`omni.stats.quantiles`). The SLO is met only where that bound is within it:
+32 requests bound only p91, so a p99 SLO needs 299 requests a level before
+a level can meet it, and below that it is "not established".
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from omni.stats.quantiles import percentile_bound
+
+PERCENTILES = (50, 90, 99)
+# a level whose load generator kept its CPUs this busy may have timed itself,
+# not the server: its latencies are not judged
+CLIENT_BUSY_PCT = 90.0
+# an open-loop level whose requests completed at less than this share of the
+# rate they were sent at did not hold the rate: the queue grew (saturated)
+HELD_SHARE = 0.9
+
+
+@dataclass(frozen=True)
+class Level:
+    kind: str  # "concurrency" (closed loop) or "rate" (open loop, requests/s)
+    value: float
+
+    @property
+    def key(self) -> str:
+        return f"c={self.value:g}" if self.kind == "concurrency" else f"r={self.value:g}"
+
+
+def arm_levels(load: Mapping) -> list[Level]:
+    """The arm's levels, concurrencies first, each ascending."""
+    return [Level("concurrency", float(c)) for c in load["concurrency"]] + [
+        Level("rate", float(r)) for r in load["rate"]
+    ]
+
+
+def level_order(levels: list[Level], seed: int, run_id: str) -> list[Level]:
+    """The levels in the order this run takes them: shuffled by the sweep's
+    seed and the run, so a level's place in a server's life (first, warm,
+    last) is not the same in every pass."""
+    order = list(levels)
+    random.Random(f"{seed}:{run_id}").shuffle(order)
+    return order
+
+
+def client_flags(
+    level: Level, load: Mapping, *, prompt_len: int, max_tokens: int, model: str, tokenizer: str, base_url: str
+) -> list[str]:
+    """``vllm bench serve``'s flags for one level; the result goes where
+    ``--result-dir``/``--result-filename`` (added by the caller) say."""
+    slo = load["slo"]
+    flags = [
+        "--backend",
+        "openai",  # /v1/completions, streamed: both vLLM's server and llama-server speak it
+        "--base-url",
+        base_url,
+        "--endpoint",
+        "/v1/completions",
+        "--model",
+        model,
+        "--tokenizer",
+        tokenizer,
+        "--dataset-name",
+        "random",
+        "--random-input-len",
+        str(prompt_len),
+        "--random-output-len",
+        str(max_tokens),
+        "--random-range-ratio",
+        str(load["range_ratio"]),
+        "--num-prompts",
+        str(load["requests"]),
+        "--num-warmups",
+        str(load["warmup"]),
+        "--seed",
+        str(load["seed"]),
+        "--ignore-eos",
+        "--temperature",
+        "0",
+        "--burstiness",
+        str(load["burstiness"]),
+        "--percentile-metrics",
+        "ttft,tpot,itl,e2el",
+        "--metric-percentiles",
+        ",".join(map(str, PERCENTILES)),
+        "--goodput",
+        f"ttft:{slo['ttft_ms']:g}",
+        f"tpot:{slo['tpot_ms']:g}",
+        "--save-result",
+        "--save-detailed",
+        "--disable-tqdm",
+    ]
+    if level.kind == "concurrency":
+        flags += ["--max-concurrency", str(int(level.value)), "--request-rate", "inf"]
+    else:
+        flags += ["--request-rate", f"{level.value:g}"]
+    return flags
+
+
+def _pct(values: Sequence[float], q: float) -> float | None:
+    return float(np.percentile(values, q)) if len(values) else None
+
+
+def request_records(level: Level, detailed: Mapping) -> list[dict]:
+    """One record per measured request, from ``--save-detailed``'s lists
+    (seconds there, milliseconds here)."""
+    starts = [s for s in detailed.get("start_times") or [] if s is not None]
+    t0 = min(starts) if starts else 0.0
+    records = []
+    for i, error in enumerate(detailed.get("errors") or []):
+        ttft = _at(detailed, "ttfts", i)
+        latency = _at(detailed, "latencies", i)
+        out = _at(detailed, "output_lens", i)
+        itl = _at(detailed, "itls", i) or []
+        ok = not error and ttft is not None and latency is not None and bool(out)
+        records.append(
+            {
+                "level": level.key,
+                "request": i,
+                "input_tokens": _at(detailed, "input_lens", i),
+                "output_tokens": out,
+                "ok": ok,
+                "error": (error or None) if not ok else None,
+                "ttft_ms": ttft * 1e3 if ok else None,
+                "tpot_ms": (latency - ttft) / (out - 1) * 1e3 if ok and out > 1 else None,
+                "e2e_ms": latency * 1e3 if ok else None,
+                "itl_ms": [x * 1e3 for x in itl] if ok else None,
+                "start_s": _at(detailed, "start_times", i) - t0 if _at(detailed, "start_times", i) else None,
+                "queue_ms": (q * 1e3 if (q := _at(detailed, "queue_times", i)) is not None else None),
+            }
+        )
+    return records
+
+
+GENERATION_COUNTERS = ("vllm:generation_tokens_total", "llamacpp:tokens_predicted_total")
+
+
+def reconcile_output_tokens(
+    requests: list[dict], server_metrics: Mapping, warmup: int, max_tokens: int, range_ratio: float
+) -> str | None:
+    """Check the client's output token counts against the tokens the server
+    says it generated over the level; None when they agree.
+
+    ``vllm bench serve`` takes a request's count from the usage the server
+    streams, but only from a chunk without choices: llama-server sends its
+    usage in the last chunk beside an empty choice, so the client re-tokenizes
+    the text instead, and a byte token decoded to a part of a character
+    tokenizes otherwise (the random weights of omni's models produce them).
+    Where every request asked for exactly ``max_tokens`` (``range_ratio`` 0,
+    ``ignore_eos``) and the server generated exactly that many for each, the
+    requests get ``max_tokens`` back ("recounted"); otherwise the level is
+    flagged ``output_tokens_mismatch``. The last, empty chunk is no token:
+    its gap is dropped from the request's ITL."""
+    counted = next((server_metrics[n]["change"] for n in GENERATION_COUNTERS if n in server_metrics), None)
+    ok = [r for r in requests if r["ok"]]
+    sent = sum(r["output_tokens"] for r in ok) + warmup * (ok[0]["output_tokens"] if ok else 0)
+    check = None
+    if counted is not None and counted != sent and len(ok) == len(requests):
+        check = "mismatch"
+        if range_ratio == 0 and counted == (len(ok) + warmup) * max_tokens:
+            for r in ok:
+                r["output_tokens"] = max_tokens
+                r["tpot_ms"] = (r["e2e_ms"] - r["ttft_ms"]) / (max_tokens - 1) if max_tokens > 1 else None
+            check = "recounted"
+    for r in ok:  # tokens - 1 gaps, and one more: the closing chunk's
+        if r["itl_ms"] and len(r["itl_ms"]) == r["output_tokens"]:
+            r["itl_ms"] = r["itl_ms"][:-1]
+    return check
+
+
+def _at(detailed: Mapping, key: str, i: int):
+    values = detailed.get(key) or []
+    return values[i] if i < len(values) else None
+
+
+PROMPT_COUNTERS = ("vllm:prompt_tokens_total", "llamacpp:prompt_tokens_total")
+# the server's prompt tokens over a level may differ from the client's count by this share
+PROMPT_TOKENS_SLACK = 0.01
+
+
+def server_prompt_tokens(server_metrics: Mapping) -> float | None:
+    """Prompt tokens the server counted over the level (its counter's change)."""
+    for name in PROMPT_COUNTERS:
+        if name in server_metrics:
+            return server_metrics[name]["change"]
+    return None
+
+
+def level_record(
+    level: Level,
+    order: int,
+    detailed: Mapping,
+    requests: list[dict],
+    slo: Mapping,
+    client_cpu: Mapping,
+    server_metrics: Mapping | None = None,
+    warmup: int = 0,
+    output_check: str | None = None,
+) -> dict:
+    """The level's figures from its requests, and why it is not judged if it is not.
+
+    ``server_metrics`` (:func:`metrics_summary` of the level's scrapes): the
+    prompt tokens the server counted are checked against the client's count,
+    the measured requests' and the warm-up's (``vllm bench serve`` warms up
+    with its first request, ``warmup`` times)."""
+    ok = [r for r in requests if r["ok"]]
+    duration = float(detailed.get("duration") or 0.0)
+    out_tokens = sum(r["output_tokens"] for r in ok)
+    record: dict = {
+        "level": level.key,
+        "load_kind": level.kind,
+        "load_value": level.value,
+        "order": order,
+        "requests": len(requests),
+        "failed": len(requests) - len(ok),
+        "duration_s": duration,
+        "request_s": len(ok) / duration if duration > 0 else None,
+        "output_tok_s": out_tokens / duration if duration > 0 else None,
+        "client_cpu_pct": client_cpu.get("client_cpu_pct"),
+        "client_thread_pct": client_cpu.get("client_thread_pct"),
+        "max_in_flight": detailed.get("max_concurrent_requests"),
+    }
+    series = {
+        "ttft": [r["ttft_ms"] for r in ok],
+        "tpot": [r["tpot_ms"] for r in ok if r["tpot_ms"] is not None],
+        "itl": [x for r in ok for x in r["itl_ms"] or []],
+        "e2e": [r["e2e_ms"] for r in ok],
+    }
+    for name, values in series.items():
+        record[f"{name}_samples"] = len(values)
+        for q in PERCENTILES:
+            record[f"{name}_p{q}_ms"] = _pct(values, q)
+            record[f"{name}_p{q}_upper95_ms"] = percentile_bound(values, q / 100).upper
+    good = [r for r in ok if meets(r, slo)]
+    record["goodput_req_s"] = len(good) / duration if duration > 0 else None
+    starts = sorted(r["start_s"] for r in requests if r["start_s"] is not None)
+    sent = (len(starts) - 1) / (starts[-1] - starts[0]) if len(starts) > 1 and starts[-1] > starts[0] else None
+    fastest = min(series["e2e"], default=0.0) / 1e3
+    held = len(ok) / (duration - fastest) if duration > fastest else None
+    record.update(
+        asked_rate=level.value if level.kind == "rate" else None,
+        sent_rate=sent if level.kind == "rate" else None,
+        achieved_rate=held if level.kind == "rate" else None,
+    )
+    counted = server_prompt_tokens(server_metrics or {})
+    first = requests[0]["input_tokens"] if requests and requests[0]["input_tokens"] else 0
+    record["client_prompt_tokens"] = sum(r["input_tokens"] or 0 for r in requests) + warmup * first
+    record["server_prompt_tokens"] = counted
+    record["output_tokens_check"] = output_check
+    record["flags"] = level_flags(record)
+    judged = not record["flags"] or record["flags"] == ["saturated"]
+    record["slo_verdict"] = slo_verdict(record, slo) if judged else None
+    record["slo_met"] = {"met": True, "not_met": False}.get(record["slo_verdict"])
+    return record
+
+
+def meets(request: Mapping, slo: Mapping) -> bool:
+    """One request within the SLO's TTFT and TPOT (vLLM's goodput rule)."""
+    tpot = request["tpot_ms"] or 0.0
+    return request["ttft_ms"] <= slo["ttft_ms"] and tpot <= slo["tpot_ms"]
+
+
+def level_flags(record: Mapping) -> list[str]:
+    """Why a level's latencies are not judged: a request failed, the load
+    generator was CPU-bound, the server counted other prompt tokens than the
+    client sent (its tokenizer splits the text otherwise: the lengths are not
+    the arm's), or (open loop) the server did not hold the rate."""
+    flags = []
+    if record["failed"]:
+        flags.append("failed_requests")
+    busiest = max((record.get(k) or 0.0 for k in ("client_cpu_pct", "client_thread_pct")), default=0.0)
+    if busiest >= CLIENT_BUSY_PCT:
+        flags.append("client_bound")
+    counted, sent_tokens = record.get("server_prompt_tokens"), record.get("client_prompt_tokens")
+    if counted is not None and sent_tokens and abs(counted - sent_tokens) > PROMPT_TOKENS_SLACK * sent_tokens:
+        flags.append("prompt_tokens_mismatch")
+    if record.get("output_tokens_check") == "mismatch":
+        flags.append("output_tokens_mismatch")
+    sent, held = record.get("sent_rate"), record.get("achieved_rate")
+    if record["load_kind"] == "rate" and sent and held is not None and held < HELD_SHARE * sent:
+        flags.append("saturated")
+    return flags
+
+
+def slo_margin(record: Mapping, slo: Mapping, upper: bool = False) -> float | None:
+    """How far the level is from its SLO at the SLO's percentile: the larger
+    of TTFT/limit and TPOT/limit (<= 1 meets it), on the point estimates or
+    (``upper``) on their 95 % upper bounds; None where there is none (for the
+    bounds: too few requests)."""
+    q = slo["percentile"]
+    kind = "upper95_ms" if upper else "ms"
+    ttft, tpot = record.get(f"ttft_p{q}_{kind}"), record.get(f"tpot_p{q}_{kind}")
+    if ttft is None or (upper and tpot is None and record.get("tpot_samples")):
+        return None  # no TPOT at all (one-token answers) weighs nothing; an unbounded one is unknown
+    return max(ttft / slo["ttft_ms"], (tpot or 0.0) / slo["tpot_ms"])
+
+
+def slo_verdict(record: Mapping, slo: Mapping) -> str | None:
+    """``met``: the 95 % upper bounds of TTFT and TPOT at the SLO's
+    percentile are within its limits; ``not_met``: a point estimate is over
+    its limit, or (open loop) the level saturated; ``not_established``:
+    neither, because the requests are too few to bound the percentile (p99
+    needs 299) or a bound is over its limit. The point estimate alone never
+    meets an SLO: from 32 requests the true p99 lies above all of them 72 %
+    of the time. None: no request to judge."""
+    if "saturated" in (record.get("flags") or []):
+        return "not_met"  # the queue grew: no latency percentile of it holds for longer
+    point = slo_margin(record, slo)
+    if point is None:
+        return None
+    if point > 1.0:
+        return "not_met"
+    bound = slo_margin(record, slo, upper=True)
+    return "met" if bound is not None and bound <= 1.0 else "not_established"
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """The highest load of one kind a run held within its SLO: ``value``
+    where it crossed between two levels, or a bound (``above`` the highest
+    level, ``below`` the lowest), or ``unknown`` (a level it needed was not
+    judged), or ``not_established`` (a level it needed had too few requests
+    to bound the SLO's percentile)."""
+
+    kind: str
+    value: float | None
+    bound: str | None = None  # "above", "below", "unknown", "not_established"
+
+
+def run_capacity(records: list[Mapping], kind: str, slo: Mapping) -> Capacity | None:
+    """Capacity of one run on one kind of level, from its levels ascending
+    and their :func:`slo_verdict`.
+
+    Between the last level that met the SLO and the first that did not,
+    log(margin) on the 95 % upper bounds is interpolated linearly in the
+    load: the load at which the bound reaches the limit. A level fails when
+    it is ``not_met`` (a saturated open-loop level among them: it did not
+    hold the rate) or when its bound is over a limit; a level whose requests
+    cannot bound the percentile, or that was not judged, stops the search.
+    """
+    levels = sorted((r for r in records if r["load_kind"] == kind), key=lambda r: r["load_value"])
+    if not levels:
+        return None
+    last_ok = None
+    for record in levels:
+        verdict = record.get("slo_verdict")
+        if verdict == "met":
+            last_ok = record
+            continue
+        if verdict is None:
+            return Capacity(kind, None, "unknown")
+        if verdict == "not_established" and slo_margin(record, slo, upper=True) is None:
+            return Capacity(kind, None, "not_established")
+        if last_ok is None:
+            return Capacity(kind, None, "below")
+        return Capacity(kind, _crossing(last_ok, record, slo))
+    return Capacity(kind, None, "above")
+
+
+def _crossing(ok: Mapping, failed: Mapping, slo: Mapping) -> float:
+    low, high = ok["load_value"], failed["load_value"]
+    m_low, m_high = slo_margin(ok, slo, upper=True), slo_margin(failed, slo, upper=True)
+    if m_low is None or m_high is None or m_low <= 0 or m_high <= 1.0 or m_high <= m_low:
+        return low  # no bound to interpolate on (saturated, or too few requests): the last level that held
+    share = (0.0 - math.log(m_low)) / (math.log(m_high) - math.log(m_low))
+    return low + (high - low) * min(max(share, 0.0), 1.0)
+
+
+def metrics_summary(samples: list[tuple[float, dict[str, float]]]) -> dict[str, dict[str, float]]:
+    """A level's server metrics scraped from ``/metrics`` (time, name -> value):
+    per metric its mean, max, last-first change (a counter's increase) and
+    ``n``, the scrapes it was in. A gauge is sampled: its max is the highest
+    seen at a scrape, not the highest reached between them."""
+    names = sorted({n for _, values in samples for n in values})
+    out = {}
+    for name in names:
+        seen = [values[name] for _, values in samples if name in values]
+        out[name] = {
+            "mean": float(np.mean(seen)),
+            "max": float(max(seen)),
+            "change": float(seen[-1] - seen[0]),
+            "n": len(seen),
+        }
+    return out
+
+
+# the server gauges and counters kept per level (the rest of /metrics is not stored)
+KEPT_METRICS = (
+    "vllm:num_requests_running",
+    "vllm:num_requests_waiting",
+    "vllm:kv_cache_usage_perc",
+    "vllm:num_preemptions_total",
+    "vllm:prompt_tokens_total",
+    "vllm:generation_tokens_total",
+    "llamacpp:requests_processing",
+    "llamacpp:requests_deferred",
+    "llamacpp:kv_cache_usage_ratio",
+    "llamacpp:kv_cache_tokens",
+    "llamacpp:n_busy_slots_per_decode",
+    "llamacpp:prompt_tokens_total",
+    "llamacpp:tokens_predicted_total",
+)
+
+
+def parse_metrics(text: str) -> dict[str, float]:
+    """The kept metrics of one ``/metrics`` scrape (Prometheus text format),
+    summed over their label sets."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    found: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name in KEPT_METRICS and not math.isnan(sample.value):
+                found[sample.name] = found.get(sample.name, 0.0) + float(sample.value)
+    return found
+
+
+# The lines in which a server says how many tokens of KV it allocated: vLLM's
+# "CPU KV cache size: 1,152 tokens, ...", llama-server's "n_slots = 4,
+# n_ctx_slot = 256" (its KV cells: slots x context per slot)
+KV_MARKERS = ("KV cache size: ", "n_ctx_slot = ")
+_VLLM_KV = re.compile(r"KV cache size: ([\d,]+) tokens")
+_LLAMA_KV = re.compile(r"n_slots = (\d+), n_ctx_slot = (\d+)")
+
+
+def served_kv_tokens(lines: Sequence[str]) -> int | None:
+    """Tokens of KV the server allocated, from its log lines (the last said)."""
+    found = None
+    for line in lines:
+        if m := _VLLM_KV.search(line):
+            found = int(m[1].replace(",", ""))
+        elif m := _LLAMA_KV.search(line):
+            found = int(m[1]) * int(m[2])
+    return found
+
+
+def kv_bytes_per_token(hf_config: Mapping) -> int:
+    """K and V of every layer for one token at 16 bits, both servers' KV type here."""
+    heads = hf_config["num_attention_heads"]
+    head_dim = hf_config.get("head_dim") or hf_config["hidden_size"] // heads
+    return 2 * hf_config["num_hidden_layers"] * hf_config.get("num_key_value_heads", heads) * head_dim * 2

