@@ -6,7 +6,7 @@ fixed number of passes (``passes: N``, the spec's seed replaced, without
 max_passes and budget), as ``omni sweep`` runs it but without Prefect. Then both rules look at the
 prefixes of the stored rows, passes 3, 4, ..., as a ``passes: auto`` sweep
 of the spec's max_passes would: every primary metric of ``slow`` against
-``fast`` judged by omni.report.summary.judge (the summary's own: the slot as a
+``fast`` judged by omni.report.verdicts.judge (the summary's own: the slot as a
 block, the within-run floor) at each look's levels, and
 omni.stats.sequential.decide on them. Each rule's stop is the first look where
 decide stops; a rule that has not stopped by the stored passes is reported
@@ -43,12 +43,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from sequential_rules import RULES, Levels  # noqa: E402
 
-from omni.report.summary import BLOCK, baseline_of, judge, min_effects, primary_metrics, summarize_rows, sweep_spec  # noqa: E402
+from omni.report.spec_copy import baseline_of, min_effects, primary_metrics, sweep_spec  # noqa: E402
+from omni.report.summary import summarize_rows  # noqa: E402
+from omni.report.verdicts import BLOCK, judge  # noqa: E402
 from omni.stats.sequential import FIRST_LOOK, Decision, decide  # noqa: E402
 from omni.stats.verdicts import adjust_for_multiplicity  # noqa: E402
 from omni.store.columns import metric_columns  # noqa: E402
 from omni.store.retract import SweepRows, ok_rows  # noqa: E402
-from omni.sweep.prepare import prepare_sweep, run_sweep_items  # noqa: E402
+from omni.sweep.execute import run_sweep_items  # noqa: E402
+from omni.sweep.prepare import prepare_sweep  # noqa: E402
 from omni.sweep.request import SweepRequest  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
@@ -71,7 +74,7 @@ def spec_copy(work: Path, seed: int, passes: int, aa: bool) -> Path:
 
 def run_sweep(spec: Path, results: Path, force: bool) -> str:
     """The sweep of ``spec`` into ``results``, in this process as ``omni sweep``
-    prepares and runs it but without Prefect (omni.sweep.prepare.run_sweep_items:
+    prepares and runs it but without Prefect (omni.sweep.execute.run_sweep_items:
     Prefect's temporary server would cost more than the 16 runs); its id.
     Every run must be ok."""
     prepared = prepare_sweep(SweepRequest(spec=spec, results=results, force=force))
@@ -83,7 +86,7 @@ def run_sweep(spec: Path, results: Path, force: bool) -> str:
 
 def look(rows: SweepRows, spec, passes: int, max_passes: int, levels: Levels) -> Decision:
     """The rule's decision on the first ``passes`` passes of the rows, as a
-    ``passes: auto`` sweep's look after that pass (omni.sweep.prepare.look) would judge them."""
+    ``passes: auto`` sweep's look after that pass (omni.sweep.execute.look) would judge them."""
     ok = rows.ok[rows.ok["pass_index"] < passes]
     arms = list(dict.fromkeys(rows.timed["arm"]))
     metrics = primary_metrics(spec, [m for m in metric_columns() if ok[m].notna().any()])

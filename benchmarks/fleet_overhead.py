@@ -35,7 +35,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from omni.fleet import stack  # noqa: E402
-from omni.store.dataset import load_runs  # noqa: E402
+from omni.store.reading import load_runs  # noqa: E402
 
 OMNI = str(REPO / ".venv" / "bin" / "omni")
 

@@ -36,12 +36,13 @@ import tempfile
 from pathlib import Path
 from typing import NamedTuple
 
+from omni import REPO_ROOT
 from omni.cpulist import format_cpulist
 from omni.envs.build import env_dir
 from omni.host.placement import numactl_path, pin_argv
 from omni.host.topology import allocate_slots, read_topology
-from omni.store.dataset import load_iterations
-from omni.sweep.prepare import REPO_ROOT, run_once
+from omni.store.reading import load_iterations
+from omni.sweep.execute import run_once
 
 
 def omni_arm(args: argparse.Namespace) -> dict:

@@ -48,7 +48,8 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from omni.sweep.prepare import prepare_sweep, run_and_store  # noqa: E402
+from omni.sweep.execute import run_and_store  # noqa: E402
+from omni.sweep.prepare import prepare_sweep  # noqa: E402
 from omni.sweep.request import SweepRequest  # noqa: E402
 
 PERIOD_S = 0.1

@@ -26,10 +26,11 @@ from pathlib import Path
 import yaml
 
 from omni.measure.ops import op_lines
-from omni.report.summary import sweep_ops
-from omni.store.dataset import load_runs
-from omni.store.dataset import profiled as is_profiled
-from omni.sweep.prepare import prepare_sweep, run_and_store
+from omni.report.ops import sweep_ops
+from omni.store.reading import load_runs
+from omni.store.reading import profiled as is_profiled
+from omni.sweep.execute import run_and_store
+from omni.sweep.prepare import prepare_sweep
 from omni.sweep.request import SweepRequest
 
 ARM = {

@@ -41,8 +41,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from omni.history.compare import history_columns  # noqa: E402
-from omni.store import compaction  # noqa: E402
-from omni.store import dataset as store  # noqa: E402
+from omni.store import compaction, reading, writing  # noqa: E402
 from omni.store.objstore import S3Path, results_root  # noqa: E402
 
 REGRESSION_COLUMNS = history_columns()  # what `omni regressions` reads of every run
@@ -66,14 +65,14 @@ def template_rows(work: Path) -> list[dict]:
         capture_output=True,
         cwd=REPO,
     )
-    rows = store.load_runs(results).to_dict("records")
+    rows = reading.load_runs(results).to_dict("records")
     if not rows:
         sys.exit("the template sweep stored no rows: run `omni sweep arms/smoke-synthetic.yaml` to see why")
     return rows
 
 
 def fill(results, templates: list[dict], sweeps: int, runs: int, threads: int) -> None:
-    """``sweeps`` x ``runs`` run files written through store.write_run, as a sweep does."""
+    """``sweeps`` x ``runs`` run files written through writing.write_run, as a sweep does."""
     rng = np.random.default_rng(0)
 
     def one_sweep(s: int) -> None:
@@ -88,7 +87,7 @@ def fill(results, templates: list[dict], sweeps: int, runs: int, threads: int) -
                 pass_index=r // len(templates),
                 decode_tok_s=float(500 * np.exp(rng.normal(0, 0.05))),
             )
-            store.write_run(results, row)
+            writing.write_run(results, row)
 
     with ThreadPoolExecutor(threads) as pool:
         list(pool.map(one_sweep, range(sweeps)))
@@ -120,8 +119,8 @@ def measure(label: str, results, repeat: int, raw_repeat: int, s3fs_fs=None) -> 
         con.register_filesystem(s3fs_fs)
     one_sweep = "nightly-0007"
     readers = {
-        "omni regressions load": lambda: store.load_runs(results, columns=REGRESSION_COLUMNS),
-        "omni summary load (one sweep)": lambda: store.load_runs(results, one_sweep),
+        "omni regressions load": lambda: reading.load_runs(results, columns=REGRESSION_COLUMNS),
+        "omni summary load (one sweep)": lambda: reading.load_runs(results, one_sweep),
     }
     if s3fs_fs is None:  # through fsspec, 20,000 S3 files one by one would take DuckDB many minutes
         readers["duckdb, run files"] = lambda: duckdb_load(con, f"{prefix}/runs/*/*.parquet", REGRESSION_COLUMNS)
@@ -171,7 +170,7 @@ def write_read_1000(local: Path, s3, templates: list[dict], repeat: int) -> dict
         for label, base in targets:
             seconds, _ = timed(lambda base=base: fill(base, templates, 20, 50, threads=1))
             out.setdefault(f"{label} write", []).append(seconds)
-            seconds, frame = timed(lambda base=base: store.load_runs(base))
+            seconds, frame = timed(lambda base=base: reading.load_runs(base))
             assert len(frame) == 1000
             out.setdefault(f"{label} read", []).append(seconds)
     print("\n1,000 run files, written one by one and read back:")

@@ -36,8 +36,11 @@ import sys
 import threading
 import time
 
+from omni.measure.memory import MemorySource
+from omni.measure.numa_pages import NumaSource
 from omni.measure.procfs import ThreadSchedReader, read_threads_sched
 from omni.measure.sampler import TreeSampler
+from omni.measure.sources import tree_sampler
 
 WORKLOAD = r"""
 import mmap, subprocess, sys, threading, time
@@ -78,7 +81,7 @@ def one_rep(seconds: float, mb: int, mode: str, threads: int) -> tuple[float, fl
     cpu0, t0 = cpu_self(), time.monotonic()
     sampler = None
     if mode != "off":
-        sampler = TreeSampler(proc.pid, cpus=tuple(sorted(os.sched_getaffinity(0)))).start()
+        sampler = tree_sampler(proc.pid, cpus=tuple(sorted(os.sched_getaffinity(0)))).start()
         sampler.mark("loaded" if mode == "full" else "load")
     rate = float(proc.stdout.readline())
     if sampler:
@@ -146,17 +149,18 @@ def main() -> None:
         f"{args.seconds:g} s, {args.reps} reps each way, interleaved"
     )
     samplers = [r[2] for r in results["full"]]
-    print(f"samples per sampled rep: {statistics.median(len(s.samples) for s in samplers):.0f}")
+    print(f"samples per sampled rep: {statistics.median(len(s.source(MemorySource).samples) for s in samplers):.0f}")
     print(f"orchestrator CPU, unsampled: {pct(cpu['off'])} of one core")
     print(f"sampler cost, memory only: {pct([c - off for c in cpu['memory']])} of one core")
     print(f"sampler cost, with telemetry: {pct([c - off for c in cpu['full']])} of one core (target <= 0.5 %)")
     full = sorted(samplers, key=lambda s: s.cost()[0])[len(samplers) // 2]  # the median rep
     cpu_s, share = full.cost()
     span = cpu_s / share
+    numa_cpu_s = full.source(NumaSource).cpu_s
     parts = {
-        "interference and telemetry samples": full.interference_cpu_s,
-        "numa_maps reads": full.numa_cpu_s,
-        "everything else (20 Hz RssAnon, tree, Pss, wake-ups)": cpu_s - full.interference_cpu_s - full.numa_cpu_s,
+        "interference and telemetry samples": full.timed_cpu_s,
+        "numa_maps reads": numa_cpu_s,
+        "everything else (20 Hz RssAnon, tree, Pss, wake-ups)": cpu_s - full.timed_cpu_s - numa_cpu_s,
     }
     print("where one full rep's sampler time went, % of one core:")
     for name, spent in parts.items():

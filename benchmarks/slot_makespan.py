@@ -23,7 +23,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from omni.store.dataset import load_runs  # noqa: E402
+from omni.store.reading import load_runs  # noqa: E402
 from tests.conftest import xeon_8480c_2s  # noqa: E402
 
 

@@ -46,7 +46,7 @@ sys.path.insert(0, str(REPO))
 from omni.host.placement import measure_busy  # noqa: E402
 from omni.run.schedule import hold_cpus  # noqa: E402
 from omni.spec.settings import Sweep  # noqa: E402
-from omni.store.dataset import load_runs  # noqa: E402
+from omni.store.reading import load_runs  # noqa: E402
 
 OMNI = str(REPO / ".venv" / "bin" / "omni")
 BUSY_PCT = Sweep.model_fields["busy_threshold_pct"].default  # a spec's default

@@ -21,7 +21,8 @@ from pathlib import Path
 
 import yaml
 
-from omni.sweep.prepare import prepare_sweep, run_and_store
+from omni.sweep.execute import run_and_store
+from omni.sweep.prepare import prepare_sweep
 from omni.sweep.request import SweepRequest
 from omni.vllm_plugin.patch import RETAINING_MALLOC
 

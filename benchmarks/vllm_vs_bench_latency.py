@@ -35,12 +35,14 @@ from pathlib import Path
 
 import yaml
 
+from omni import REPO_ROOT
 from omni.cpulist import format_cpulist
 from omni.engines.vllm import batched_tokens
 from omni.host.placement import numactl_path, pin_argv
 from omni.host.topology import allocate_slots, read_topology
-from omni.store.dataset import load_iterations
-from omni.sweep.prepare import REPO_ROOT, prepare_sweep, run_and_store
+from omni.store.reading import load_iterations
+from omni.sweep.execute import run_and_store
+from omni.sweep.prepare import prepare_sweep
 from omni.sweep.request import SweepRequest
 
 

@@ -23,8 +23,9 @@ from flows.runs import failure_summary, run_items, warn_host_conditions, watch_w
 from omni.errors import OmniError
 from omni.fleet.hosts import SHARD_DEPLOYMENT, SYSFS_VAR, HostState, queue_name, read_hosts
 from omni.host.provenance import HOST_VAR
-from omni.store.dataset import load_runs
-from omni.sweep.prepare import OUTCOME_KEYS, SKIPPED, PreparedSweep, Shard, item_outcome, prepare_sweep, row_outcome
+from omni.store.reading import load_runs
+from omni.sweep.execute import OUTCOME_KEYS, SKIPPED, item_outcome, row_outcome
+from omni.sweep.prepare import PreparedSweep, Shard, prepare_sweep
 from omni.sweep.request import SweepRequest
 
 POLL_S = 2.0

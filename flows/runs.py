@@ -21,7 +21,7 @@ from omni.run.plan import PlanItem
 from omni.run.reaper import watch_parent
 from omni.run.runner import RunContext
 from omni.run.schedule import dispatch
-from omni.sweep.prepare import SKIPPED, item_outcome, row_outcome, run_and_store
+from omni.sweep.execute import SKIPPED, item_outcome, row_outcome, run_and_store
 
 
 @task(name="run-arm", cache_policy=NONE, task_run_name="{item.arm.name}-pass{item.pass_index}-slot{item.slot.index}")

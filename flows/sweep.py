@@ -24,7 +24,8 @@ from omni.report.summary import summarize_sweep
 from omni.report.units import ratio_interval
 from omni.store.compaction import CONSOLIDATE_AT, compact_sweep, consolidate
 from omni.store.objstore import results_root
-from omni.sweep.prepare import SKIPPED, prepare_sweep, run_sweep_rounds, write_manifest
+from omni.sweep.execute import SKIPPED, run_sweep_rounds
+from omni.sweep.prepare import prepare_sweep, write_manifest
 from omni.sweep.request import SweepRequest, request_parameters
 
 

@@ -6,6 +6,8 @@ worker that serves the queue (``omni worker --host NAME``).
 from __future__ import annotations
 
 import os
+import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -24,6 +26,8 @@ from omni.fleet.hosts import (
 from omni.host.provenance import HOST_VAR
 from omni.run.schedule import LOCK_DIR_VAR
 
+API_WAIT_S = 120.0  # a stack just started answers within seconds; a loaded host, within a minute
+
 
 def publish(client, facts: dict) -> None:
     """The host's facts as its Variable (created, or replaced)."""
@@ -36,7 +40,8 @@ def publish(client, facts: dict) -> None:
         client.update_variable(VariableUpdate(name=name, value=facts))
 
 
-def ensure_queue(client, host: str, pool: str = POOL) -> None:
+def create_pool(client, pool: str = POOL) -> None:
+    """The process work pool ``pool``, created unless it exists."""
     from prefect.client.schemas.actions import WorkPoolCreate
     from prefect.exceptions import ObjectAlreadyExists
 
@@ -44,6 +49,12 @@ def ensure_queue(client, host: str, pool: str = POOL) -> None:
         client.create_work_pool(WorkPoolCreate(name=pool, type="process"))
     except ObjectAlreadyExists:
         pass
+
+
+def ensure_queue(client, host: str, pool: str = POOL) -> None:
+    from prefect.exceptions import ObjectAlreadyExists
+
+    create_pool(client, pool)
     try:
         client.create_work_queue(
             name=queue_name(host),
@@ -52,6 +63,32 @@ def ensure_queue(client, host: str, pool: str = POOL) -> None:
         )
     except ObjectAlreadyExists:
         pass
+
+
+def ensure_pool(pool: str = POOL, wait_s: float = API_WAIT_S) -> None:
+    """Pool ``pool`` on the Prefect server at PREFECT_API_URL, created unless it
+    exists, once the server answers: a stack that has just come up may refuse
+    a request or two first, so this asks again each second for ``wait_s``,
+    then says what the server last answered."""
+    from prefect.client.orchestration import get_client
+
+    require_server()
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            with get_client(sync_client=True) as client:
+                problem = client.api_healthcheck()
+                if problem is None:
+                    create_pool(client, pool)
+                    return
+        except Exception as error:  # noqa: BLE001 - not answering yet: ask again, then report it
+            problem = error
+        if time.monotonic() > deadline:
+            raise OmniError(
+                f"the Prefect server at {os.environ['PREFECT_API_URL']} did not answer within {wait_s:g} s "
+                f"(last: {problem!r}); start it (omni stack up) or fix PREFECT_API_URL"
+            )
+        time.sleep(1.0)
 
 
 def run_worker(
@@ -97,7 +134,6 @@ def ensure_shard_deployment(client) -> None:
     shard deployment is missing or takes other parameters than this omni's
     sweep_shard; their working directory is this checkout."""
     import subprocess
-    import sys
 
     from prefect.exceptions import ObjectNotFound
 
@@ -113,3 +149,12 @@ def ensure_shard_deployment(client) -> None:
     )
     if done.returncode != 0:
         raise OmniError(f"prefect deploy --all in {REPO_ROOT} failed: {(done.stdout + done.stderr)[-1500:]}")
+
+
+if __name__ == "__main__":  # scripts/worker.sh: python -m flows.worker ensure-pool POOL
+    if len(sys.argv) != 3 or sys.argv[1] != "ensure-pool":
+        sys.exit("usage: python -m flows.worker ensure-pool POOL")
+    try:
+        ensure_pool(sys.argv[2])
+    except OmniError as error:
+        sys.exit(f"omni: {error}")

@@ -19,7 +19,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # omni from thi
 
 import pyarrow as pa  # noqa: E402
 
-from omni.store.columns import COLUMNS, SCHEMA_VERSION, Column  # noqa: E402
+from omni.store.column_type import Column  # noqa: E402
+from omni.store.columns import COLUMNS, SCHEMA_VERSION  # noqa: E402
 
 BEGIN = "<!-- columns:begin -->"
 END = "<!-- columns:end -->"

@@ -10,9 +10,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 POOL=${OMNI_POOL:-omni}
 PREFECT=${PREFECT:-.venv/bin/prefect}
+PYTHON=${PYTHON:-.venv/bin/python}
 if [ -n "${AWS_ENDPOINT_URL:-}" ]; then
-  "${PYTHON:-.venv/bin/python}" -c 'import os; from omni import stack; stack.create_bucket(stack.s3_settings(dict(os.environ)))'
+  "$PYTHON" -c 'import os; from omni.fleet import stack; stack.create_bucket(stack.s3_settings(dict(os.environ)))'
 fi
-"$PREFECT" work-pool inspect "$POOL" >/dev/null 2>&1 || "$PREFECT" work-pool create "$POOL" --type process
+# waits for the API (a stack just started may refuse a request or two), then
+# creates the pool unless it exists; says why and exits 1 when it cannot
+"$PYTHON" -m flows.worker ensure-pool "$POOL"
 "$PREFECT" --no-prompt deploy --all
 exec "$PREFECT" worker start --pool "$POOL" --work-queue default

@@ -8,8 +8,8 @@ import json
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
-from omni.store import dataset as store
-from omni.store.dataset import write_run
+from omni.store import writing
+from omni.store.writing import write_run
 
 T0 = datetime(2026, 11, 30, 12, 0, 0, 123456, tzinfo=UTC)  # full_row's started_at
 DAY0 = datetime(2026, 11, 1, tzinfo=UTC)  # store_sweep's first day
@@ -118,7 +118,7 @@ def store_full_rows(results, sweep_id: str, n: int, start: int = 0) -> list[str]
     """n copies of full_row in one sweep, decode_tok_s 100 + their order."""
     ids = [f"{sweep_id}-r{i:03d}" for i in range(start, start + n)]
     for i, rid in enumerate(ids):
-        store.write_run(
+        writing.write_run(
             results, {**full_row(rid, sweep_id), "order_index": start + i, "decode_tok_s": 100.0 + start + i}
         )
     return ids

@@ -1,6 +1,6 @@
 """``omni host check``, ``omni host tune`` and ``omni host reset``: the host
 conditions that move CPU inference numbers (omni.host.conditions), shown, fixed as root
-and undone; ``omni.cli.main`` adds the group to the ``omni`` command."""
+and undone (omni.host.tuning); ``omni.cli.main`` adds the group to the ``omni`` command."""
 
 from __future__ import annotations
 
@@ -75,7 +75,7 @@ def host_tune(
     off, NUMA balancing off, KSM off, THP defrag 'defer', perf sampling rate 1,
     full ASLR, and IRQs off --cpus. Records the old values first; undo with
     omni host reset."""
-    from omni.host.conditions import default_state_path, describe_changes, tune
+    from omni.host.tuning import default_state_path, describe_changes, tune
 
     changes = tune(sysfs_root, _slot_cpus(cpus, spec, sysfs_root), state, dry_run)
     lines = describe_changes(changes)
@@ -93,7 +93,7 @@ def host_reset(
     sysfs_root: Path = sysfs_option("reset the files under this root (a fixture of another host)"),
 ) -> None:
     """Write back every value omni host tune changed, and remove its state file."""
-    from omni.host.conditions import default_state_path, describe_changes, reset
+    from omni.host.tuning import default_state_path, describe_changes, reset
 
     changes = reset(sysfs_root, state)
     where = state or default_state_path()

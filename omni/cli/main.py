@@ -96,7 +96,7 @@ def print_arm_table(sweep_id: str, results: str) -> None:
     """Per arm and metric: n (of all runs), median, min, max over ok runs;
     the spec's primary metrics first, a VOID arm marked."""
     from omni.report.summary import sweep_primary_and_void
-    from omni.sweep.prepare import sweep_table
+    from omni.sweep.execute import sweep_table
 
     primary, void = sweep_primary_and_void(results, sweep_id)
     show(render.arm_table(sweep_id, sweep_table(results, sweep_id, primary), primary, void))
@@ -114,8 +114,8 @@ def print_verdicts(sweep_id: str, results: str) -> None:
         show("\n".join(serving_markdown(summary.serving)))
 
 
-@app.command()
-def sweep(
+@app.command("sweep")
+def sweep_command(
     spec: Path | None = typer.Argument(None, help="sweep spec, YAML or JSON (optional with --resume)"),
     passes: int | None = typer.Option(None, help="override the spec's passes"),
     results: str = RESULTS_OPT,
@@ -298,7 +298,7 @@ def table(
     results: str = RESULTS_OPT,
 ) -> None:
     """Print the per-arm table (n, median, min, max) of a stored sweep."""
-    from omni.store.dataset import stored_run_ids
+    from omni.store.layout import stored_run_ids
 
     if not stored_run_ids(results, sweep_id):
         raise OmniError(
@@ -349,7 +349,8 @@ def ops(
     of the step, calls, and the op's noise between runs; then each arm's ops
     against the baseline's, with the verdict rule of every metric."""
     from omni.measure.ops import compare_ops, op_lines
-    from omni.report.summary import baseline_of, sweep_ops, sweep_spec
+    from omni.report.ops import sweep_ops
+    from omni.report.spec_copy import baseline_of, sweep_spec
 
     frame, runs = sweep_ops(results, sweep_id, steps, include_retracted)
     if by_shape:
@@ -451,7 +452,7 @@ def compact(
     compaction go into the sweep's next part. Sweeps compact themselves when
     they end; this catches up older ones."""
     from omni.store.compaction import compact_all, compact_sweep, consolidate
-    from omni.store.dataset import stored_run_ids
+    from omni.store.layout import stored_run_ids
 
     if sweep_ids:
         unknown = [s for s in sweep_ids if not stored_run_ids(results, s)]
@@ -499,8 +500,10 @@ def provenance(
     from pyarrow import ArrowException
 
     from omni.store.columns import COLUMNS
-    from omni.store.dataset import read_parquet, run_file_of, upgrade_table
+    from omni.store.layout import run_file_of
+    from omni.store.reading import read_parquet
     from omni.store.retract import retracted_runs
+    from omni.store.upgrades import upgrade_table
 
     given = results_root(target) if target.startswith("s3://") else Path(target)
     path = given if given.is_file() else run_file_of(results, target)

@@ -22,7 +22,6 @@ import os
 import re
 import secrets
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -33,6 +32,7 @@ import yaml
 
 from omni import REPO_ROOT
 from omni.errors import OmniError
+from omni.run.reaper import stop_group
 
 COMPOSE = REPO_ROOT / "docker-compose.yml"
 ENV_EXAMPLE = REPO_ROOT / "deploy" / "stack.env.example"
@@ -430,19 +430,7 @@ def down() -> list[str]:
 
 def _stop(pid: int, grace_s: float) -> None:
     """SIGTERM to the process group ``pid`` leads, SIGKILL after ``grace_s``."""
-    child = _SERVERS.pop(pid, None)
-    try:
-        os.killpg(pid, signal.SIGTERM)
-        for _ in range(int(grace_s * 10)):
-            if child is not None:
-                child.poll()  # reap it, or its zombie keeps the group alive
-            os.killpg(pid, 0)
-            time.sleep(0.1)
-        os.killpg(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    if child is not None:
-        child.wait(10)
+    stop_group(pid, grace_s, _SERVERS.pop(pid, None))
 
 
 def status() -> dict[str, str]:

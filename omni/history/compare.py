@@ -5,7 +5,7 @@ and the per-sweep medians the report's trend plots draw.
 Two sweeps are not interleaved with each other, so what moved between them
 is not cancelled: every interval here adds the between-sweep drift measured
 for the arm's workload (:mod:`omni.history.calibration`), else the default. Verdicts
-use the same rule as one sweep's (:func:`omni.report.summary.judge`). An arm's runs
+use the same rule as one sweep's (:func:`omni.report.verdicts.judge`). An arm's runs
 are judged only against runs of the same hardware and engine env
 (:mod:`omni.history.hardware`), unless asked otherwise (``across_hardware``).
 """
@@ -23,27 +23,17 @@ import pandas as pd
 from omni.errors import OmniError
 from omni.history.calibration import arm_calibrations
 from omni.history.hardware import HARDWARE_COLUMNS, HardwareCheck, check_facts, check_hardware, hardware_facts
-from omni.report.summary import (
-    Judged,
-    SweepSummary,
-    arm_states,
-    arm_swing,
-    check_metrics,
-    judge,
-    min_effects,
-    primary_metrics,
-    sweep_spec,
-    sweep_states,
-    sweep_swings,
-    void_arms,
-    void_refusal,
-)
+from omni.report.spec_copy import min_effects, primary_metrics, sweep_spec
+from omni.report.states import arm_states, arm_swing, sweep_states, sweep_swings
+from omni.report.summary import SweepSummary, check_metrics
+from omni.report.verdicts import Judged, judge
+from omni.report.void import void_arms, void_refusal
 from omni.spec.settings import DEFAULT_PRIMARY_METRICS
 from omni.stats.changepoints import MIN_SWEEPS, Shift, level_shifts
 from omni.stats.verdicts import Adjustment, adjust_for_multiplicity
 from omni.store.columns import COLUMNS_BY_NAME, metric_columns
-from omni.store.dataset import load_runs
-from omni.store.dataset import profiled as is_profiled
+from omni.store.reading import load_runs
+from omni.store.reading import profiled as is_profiled
 from omni.store.retract import ok_rows, without_retracted
 
 
@@ -190,7 +180,7 @@ class Change:
     run_ids: tuple[str, ...]
     history_run_ids: tuple[str, ...]
     # this sweep's runs of the arm were not steady on the metric: ("states", Modes, Explanation)
-    # or ("swing", Swing, Explanation) of omni.report.summary.arm_states / arm_swing; a change may be one disturbed run
+    # or ("swing", Swing, Explanation) of omni.report.states.arm_states / arm_swing; a change may be one disturbed run
     unsteady: tuple | None = None
 
 

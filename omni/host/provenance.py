@@ -1,7 +1,7 @@
 """Provenance: small collectors, one source each, merged into one dict.
 
 Each ``collect_*(meta)`` writes typed raw values (lists of ints, bools, dicts)
-into ``meta`` under the result column names of :mod:`omni.store.dataset`, and leaves
+into ``meta`` under the result column names of :mod:`omni.store.columns`, and leaves
 its keys out when its source is missing. The standard library only (no
 pyarrow): the engine side reports the variables it ran under with the same
 rule (:func:`omni.engines.protocol.behaviour_env`), which this module reuses.

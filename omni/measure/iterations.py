@@ -38,7 +38,7 @@ Lock step: every engine step delivered a token to every sequence not yet
 done. A step that served fewer (a prefill chunked over several steps, as
 vLLM's scheduler does past ``max_num_batched_tokens``: some sequences decode
 while others wait for their first token) is *partial*; an iteration with one
-is not lock step, and :func:`omni.run.runner.fill_metrics` warns
+is not lock step, and :func:`omni.run.row.fill_metrics` warns
 (``not_lock_step``). Its per-request figures are exact either way.
 
 The row keeps, per iterated metric, the median over iterations and

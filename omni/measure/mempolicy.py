@@ -18,7 +18,7 @@ of ``/proc/PID/numa_maps`` shows the thread-group leader's policy, and
 thread). Page counts ``N<node>=`` are in units of ``kernelpagesize_kB``.
 
 Reading ``numa_maps`` walks the page tables of every mapping, which is why
-the sampler paces it by its cost (see :mod:`omni.measure.sampler`).
+the sampler paces it by its cost (see :mod:`omni.measure.numa_pages`).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ step and node; each node is computed and synchronized on its own there, so
 those times are labelled ``distorting`` and are for shares, not absolutes.
 
 Pure but for reading a trace (and keeping it gzipped): traces in, rows and
-verdicts out; omni.report.summary.sweep_ops reads a sweep's stored ops.
+verdicts out; omni.report.ops.sweep_ops reads a sweep's stored ops.
 """
 
 from __future__ import annotations

@@ -107,26 +107,13 @@ def parse_thread_sched(schedstat: bytes, stat: bytes, switches: bytes = b"") -> 
     close = stat.rindex(b")")
     name = stat[stat.index(b"(") + 1 : close].decode(errors="replace")
     after_comm = stat[close + 2 :].split(None, 37)  # up to field 39, not the ~13 after it
+    head = (int(exec_ns), int(delay_ns), int(after_comm[39 - 3]), name)
     fields = {k: int(v) for k, v in _SCHED_FIELDS.findall(switches)}
     if fields:
-        return ThreadSched(
-            int(exec_ns),
-            int(delay_ns),
-            int(after_comm[39 - 3]),
-            name,
-            fields.get(b"nr_voluntary_switches", 0),
-            fields.get(b"nr_involuntary_switches", 0),
-            fields.get(b"se.nr_migrations"),
-        )
+        voluntary, involuntary = fields.get(b"nr_voluntary_switches", 0), fields.get(b"nr_involuntary_switches", 0)
+        return ThreadSched(*head, voluntary, involuntary, fields.get(b"se.nr_migrations"))
     ctxt = {k: int(v) for k, v in _CTXT_FIELDS.findall(switches)}
-    return ThreadSched(
-        int(exec_ns),
-        int(delay_ns),
-        int(after_comm[39 - 3]),
-        name,
-        ctxt.get(b"voluntary_ctxt_switches", 0),
-        ctxt.get(b"nonvoluntary_ctxt_switches", 0),
-    )
+    return ThreadSched(*head, ctxt.get(b"voluntary_ctxt_switches", 0), ctxt.get(b"nonvoluntary_ctxt_switches", 0))
 
 
 # The kernel's sched file where it has one (CONFIG_SCHED_DEBUG), else status.

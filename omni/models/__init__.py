@@ -1,1 +1,6 @@
-"""models."""
+"""omni's own model factory: deterministic random-weight models, HF
+directories and matching GGUF files, at tiny and realistic shapes. Engine
+side: it runs inside an engine env (``python -m omni.models.factory``), so it
+imports the standard library, the engine libraries (numpy, gguf, llama_cpp)
+and nothing else of omni.
+"""

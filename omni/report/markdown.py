@@ -12,8 +12,9 @@ from pathlib import Path
 
 from omni.history.calibration import metric_kind
 from omni.report import units
-from omni.report.summary import Judged, SweepSummary
+from omni.report.summary import SweepSummary
 from omni.report.units import ratio_interval
+from omni.report.verdicts import Judged
 from omni.serving.summary import LEVEL_METRICS, ServingSummary
 from omni.stats.controls import untrusted
 from omni.stats.verdicts import MIN_INTERVAL_RUNS, min_max_coverage
@@ -96,12 +97,18 @@ def modes_text(modes, explained, metric: str) -> str:
     )
 
 
-def states_lines(summary: SweepSummary, metrics=None) -> list[str]:
-    """A title and one line per arm and metric whose runs fell into two states."""
-    keys = [(a, m) for (a, m) in summary.states if metrics is None or m in metrics]
+def titled_lines(title: str, found: dict, text, summary: SweepSummary, metrics=None) -> list[str]:
+    """``title`` and one line per (arm, metric) key of ``found`` (of ``metrics``,
+    if given), each ``text(summary, arm, metric)``; nothing when none is found."""
+    keys = [(a, m) for (a, m) in found if metrics is None or m in metrics]
     if not keys:
         return []
-    return ["", STATES_TITLE, ""] + [f"- `{arm}` {metric}: {states_text(summary, arm, metric)}" for arm, metric in keys]
+    return ["", title, ""] + [f"- `{arm}` {metric}: {text(summary, arm, metric)}" for arm, metric in keys]
+
+
+def states_lines(summary: SweepSummary, metrics=None) -> list[str]:
+    """A title and one line per arm and metric whose runs fell into two states."""
+    return titled_lines(STATES_TITLE, summary.states, states_text, summary, metrics)
 
 
 def swing_text(summary: SweepSummary, arm: str, metric: str) -> str:
@@ -127,10 +134,7 @@ def swing_of_text(swing, explained, metric: str) -> str:
 
 def swing_lines(summary: SweepSummary, metrics=None) -> list[str]:
     """A title and one line per arm and metric whose runs differ beyond their iterations' noise."""
-    keys = [(a, m) for (a, m) in summary.swings if metrics is None or m in metrics]
-    if not keys:
-        return []
-    return ["", SWINGS_TITLE, ""] + [f"- `{arm}` {metric}: {swing_text(summary, arm, metric)}" for arm, metric in keys]
+    return titled_lines(SWINGS_TITLE, summary.swings, swing_text, summary, metrics)
 
 
 def median_interval(cell) -> str:

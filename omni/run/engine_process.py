@@ -25,6 +25,7 @@ from omni.engines.protocol import PHASE_PREFIX
 from omni.engines.vllm import COMPILE_MARKERS, FALLBACK_MARKERS
 from omni.host.placement import numactl_path, pin_argv
 from omni.measure.sampler import TreeSampler
+from omni.measure.sources import tree_sampler
 from omni.run.plan import PlanItem
 from omni.run.progress import BOARD
 from omni.run.reaper import RUN_ID_VAR, Watchdog, reap_run, wait_for_exit
@@ -212,7 +213,7 @@ class EngineProcess:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-        self.sampler = TreeSampler(self.proc.pid, cpus=self.cpus).start()
+        self.sampler = tree_sampler(self.proc.pid, cpus=self.cpus).start()
         self.reader = LogReader(self.proc.stdout, self.log_path, self.sampler, self.run_id)
         self.reader.start()
 

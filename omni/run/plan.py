@@ -5,7 +5,7 @@ order shuffled per pass by the sweep's seed, so slow drift of the host (heat,
 a neighbour's job) spreads over all arms instead of landing on one. Arms
 rotate over the slots pass by pass, so each arm runs on each slot equally
 often and a slot's own speed (its socket, its neighbours) is a block the
-verdicts remove (omni.report.summary), not part of one arm.
+verdicts remove (omni.report.verdicts), not part of one arm.
 """
 
 from __future__ import annotations

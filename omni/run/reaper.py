@@ -76,6 +76,40 @@ def wait_for_exit(run_id: str, known: set[int], timeout_s: float, var: str = RUN
         time.sleep(0.1)
 
 
+def stop_group(pid: int, grace_s: float, child: subprocess.Popen | None = None, kill: bool = True) -> bool:
+    """SIGTERM to the process group ``pid`` leads; if the group is still there
+    after ``grace_s``, SIGKILL to it, unless ``kill`` is false (then what is
+    left is the caller's, e.g. the run's reaper). ``child`` is ``pid``'s Popen
+    when this process started it: it is reaped on the way, as its zombie would
+    keep the group alive. True when the group is gone."""
+    try:
+        os.killpg(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return _reaped(child)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        if child is not None:
+            child.poll()
+        try:
+            os.killpg(pid, 0)
+        except ProcessLookupError:
+            return _reaped(child)
+        time.sleep(0.05)
+    if not kill:
+        return False
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    return _reaped(child)
+
+
+def _reaped(child: subprocess.Popen | None) -> bool:
+    if child is not None:
+        child.wait(10)
+    return True
+
+
 def reap_run(
     run_id: str, known: set[int] = frozenset(), grace_s: float = 3.0, limit_s: float = 10.0, var: str = RUN_ID_VAR
 ) -> set[int]:

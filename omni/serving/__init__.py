@@ -1,1 +1,8 @@
-"""serving."""
+"""Serving arms: the engine as a server in its slot under load.
+
+A load level's flags, figures and capacity under the SLO (``levels``, facts
+layer); one serving run, its server, its pinned load generator and its
+``/metrics`` (``run``, run layer); the per-level verdicts and capacity of a
+sweep's serving arms (``summary``, sweep layer). What runs inside the engine
+env (vLLM's server, ``vllm bench serve``) is in :mod:`omni.engines`.
+"""

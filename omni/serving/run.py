@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import socket
 import subprocess
 import threading
@@ -36,7 +35,7 @@ from omni.measure.procfs import read_status
 from omni.run.engine_process import RUNS, EngineProcess, RunInterrupted, describe_exit, engine_env, failure_reason
 from omni.run.plan import PlanItem
 from omni.run.progress import BOARD
-from omni.run.reaper import RUN_ID_VAR
+from omni.run.reaper import RUN_ID_VAR, stop_group
 from omni.serving.levels import (
     Level,
     arm_levels,
@@ -373,14 +372,7 @@ def stop_server(proc: EngineProcess) -> None:
     """SIGTERM to the server and its own shutdown; what is still there after
     :data:`STOP_GRACE_S` is the reaper's (and a warning)."""
     if proc.proc.poll() is None:
-        try:
-            os.killpg(proc.proc.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            return
-        try:
-            proc.proc.wait(STOP_GRACE_S)
-        except subprocess.TimeoutExpired:
-            pass
+        stop_group(proc.proc.pid, STOP_GRACE_S, proc.proc, kill=False)
 
 
 def fill_kv(row: dict, item: PlanItem, res, proc: EngineProcess) -> None:

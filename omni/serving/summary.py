@@ -23,7 +23,7 @@ import pandas as pd
 
 from omni.stats.quantiles import reach_note
 from omni.stats.verdicts import ALPHA, Comparison, Summary, compare, summarize
-from omni.store.dataset import load_side_table
+from omni.store.reading import load_side_table
 
 # per level, what is judged, and which way is better
 LEVEL_METRICS = {

@@ -324,20 +324,14 @@ class Arm(SpecModel):
             return value
         raise problem(f"must be 'all', 'none' or a list of patch names, got {show(value)}")
 
-    @field_validator("profile")
+    @field_validator("profile", "load")
     @classmethod
-    def _profiled_engine(cls, value: ProfileRequest | None, info: ValidationInfo) -> ProfileRequest | None:
+    def _engine_offers(cls, value, info: ValidationInfo):
+        """profile: needs an engine with a profiler, load: one with a server."""
         engine = info.data.get("engine")
-        if value is not None and engine in ENGINE_PARAMS and engine not in PROFILED_ENGINES:
-            raise problem(f"engine {engine!r} has no profiler; profile: works with {', '.join(PROFILED_ENGINES)}")
-        return value
-
-    @field_validator("load")
-    @classmethod
-    def _served_engine(cls, value: LoadRequest | None, info: ValidationInfo) -> LoadRequest | None:
-        engine = info.data.get("engine")
-        if value is not None and engine in ENGINE_PARAMS and engine not in SERVED_ENGINES:
-            raise problem(f"engine {engine!r} has no server; load: works with {', '.join(SERVED_ENGINES)}")
+        lacks, engines = ("profiler", PROFILED_ENGINES) if info.field_name == "profile" else ("server", SERVED_ENGINES)
+        if value is not None and engine in ENGINE_PARAMS and engine not in engines:
+            raise problem(f"engine {engine!r} has no {lacks}; {info.field_name}: works with {', '.join(engines)}")
         return value
 
     @field_validator("quantization")

@@ -17,7 +17,8 @@ parts are held by no consolidated file, their rows are copied into the next
 Readers take the consolidated files, then the parts none holds: disjoint
 again, so no row is counted twice, and nothing is rewritten or deleted.
 
-Where the levels live and how readers pick among them is :mod:`omni.store.dataset`'s.
+Where the levels live is :mod:`omni.store.layout`'s, how readers pick among them
+:mod:`omni.store.reading`'s.
 """
 
 from __future__ import annotations
@@ -28,22 +29,19 @@ import pyarrow as pa
 
 from omni.errors import OmniError
 from omni.store.columns import file_schema
-from omni.store.dataset import (
+from omni.store.layout import (
     COMPACTED,
     CONSOLIDATED,
     HOLDS,
-    AlreadyStored,
     Results,
     compacted_parts,
     consolidated_files,
-    held_parts,
     part_name,
-    read_files,
-    read_parquet,
     run_files,
-    write_once,
 )
 from omni.store.objstore import ResultsPath, results_root
+from omni.store.reading import held_parts, read_files, read_parquet
+from omni.store.writing import AlreadyStored, write_once
 
 CONSOLIDATE_AT = 20
 

@@ -22,15 +22,10 @@ import pandas as pd
 import pyarrow as pa
 
 from omni.errors import OmniError
-from omni.store.dataset import (
-    load_runs,
-    profiled,
-    read_parquet,
-    run_file_of,
-    stored_run_ids,
-    write_once,
-)
+from omni.store.layout import run_file_of, stored_run_ids
 from omni.store.objstore import SCHEME, ResultsPath, S3Path, results_root
+from omni.store.reading import load_runs, profiled, read_parquet
+from omni.store.writing import write_once
 
 SCHEMA = pa.schema(
     [

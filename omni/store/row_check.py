@@ -18,7 +18,8 @@ import numpy as np
 import pyarrow as pa
 
 from omni.errors import OmniError
-from omni.store.columns import COLUMNS, COLUMNS_BY_NAME, REQUIRED, SCHEMA_VERSION, Column
+from omni.store.column_type import Column
+from omni.store.columns import COLUMNS, COLUMNS_BY_NAME, REQUIRED, SCHEMA_VERSION
 
 
 def validate_row(row: Mapping[str, Any]) -> dict[str, Any]:
@@ -26,7 +27,7 @@ def validate_row(row: Mapping[str, Any]) -> dict[str, Any]:
 
     Unknown keys are rejected with the nearest known name; missing columns
     become None; ``schema_version`` is set. ``NaN``, ``pd.NA`` and ``NaT``
-    count as missing, so a row read back with :func:`omni.store.dataset.load_runs` validates.
+    count as missing, so a row read back with :func:`omni.store.reading.load_runs` validates.
     """
     for key in row:
         if key not in COLUMNS_BY_NAME:

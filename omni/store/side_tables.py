@@ -2,7 +2,8 @@
 per profiled op. Each run's rows are one file in
 ``results/<kind>/sweep=<id>/<run_id>.parquet``, written just before the run's
 own row (the run row is the commit: a side file without one is a run that
-never finished storing); :mod:`omni.store.dataset` reads and writes them.
+never finished storing); :mod:`omni.store.writing` writes them, :mod:`omni.store.reading`
+reads them.
 """
 
 from __future__ import annotations

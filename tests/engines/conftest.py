@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from omni.run.schedule import run_concurrently
-from omni.sweep.prepare import prepare_sweep, run_and_store
+from omni.sweep.execute import run_and_store
+from omni.sweep.prepare import prepare_sweep
 from omni.sweep.request import SweepRequest
 from tests.conftest import mark_layer
 from tests.engines.arms import (

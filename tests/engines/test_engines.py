@@ -13,10 +13,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from omni import REPO_ROOT
 from omni.envs.build import EnvSpec, build_env
 from omni.errors import OmniError
-from omni.store.dataset import load_runs
-from omni.sweep.prepare import REPO_ROOT, prepare_sweep, run_and_store
+from omni.store.reading import load_runs
+from omni.sweep.execute import run_and_store
+from omni.sweep.prepare import prepare_sweep
 from omni.sweep.request import SweepRequest
 from omni.vllm_plugin.names import PATCHES
 from tests.conftest import omni

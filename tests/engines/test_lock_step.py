@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from omni.store.dataset import load_iterations
+from omni.store.reading import load_iterations
 from tests.engines.arms import LONG_ARM
 
 pytestmark = pytest.mark.slow

@@ -10,7 +10,7 @@ import pytest
 
 from omni.measure import ops
 from omni.report.summary import summarize_sweep
-from omni.store import dataset as store
+from omni.store import reading
 
 VOCAB, HIDDEN = 32000, 256  # tiny-llama
 
@@ -29,7 +29,7 @@ def test_profiled_vllm_runs_store_ops_and_a_mislabeled_int4_head_is_invalid(eage
     assert lying["status"] == "invalid" and lying["error"].startswith("bf16 head:"), lying.get("error")
     # which dense GEMM runs the head depends on the ISA: aten::mm on an AVX2 EPYC, _C::onednn_mm with AMX
     assert any(f"{op} " in lying["error"] for op in ops.DENSE_GEMM_OPS) and "vocab 32000 x hidden 256" in lying["error"]
-    frame = store.load_ops(results, eager_vllm.sweep_id)
+    frame = reading.load_ops(results, eager_vllm.sweep_id)
     by_arm = {arm: set(group["op"]) for arm, group in frame.groupby("arm")}
     assert "aten::_weight_int4pack_mm_for_cpu" in by_arm["int4"] and not by_arm["int4"] & ops.DENSE_GEMM_OPS
     lied = frame[frame["arm"] == "int4-mislabeled"]
@@ -50,7 +50,7 @@ def test_a_profiled_llamacpp_run_times_every_node_and_labels_it_distorting(eager
         assert perf["t_p_eval_ms"] > 0  # timed: llama.cpp's contexts collect no timings unless asked
     assert not timed["profiled"] and profiled["profiled"] and profiled["profile_steps"] == 5
     assert profiled["profile_overhead"] > 0
-    frame = store.load_ops(eager_vllm.results, eager_vllm.sweep_id).query("arm == 'llama'")
+    frame = reading.load_ops(eager_vllm.results, eager_vllm.sweep_id).query("arm == 'llama'")
     assert set(frame["run_id"]) == {profiled["run_id"]} and frame["distorting"].all()
     assert set(frame["method"]) == {ops.GGML_EVAL_CALLBACK} and list(frame.drop_duplicates("step")["step_kind"])[
         :2

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from omni.store.dataset import load_runs
-from omni.sweep.prepare import prepare_sweep, run_and_store
+from omni.store.reading import load_runs
+from omni.sweep.execute import run_and_store
+from omni.sweep.prepare import prepare_sweep
 from omni.sweep.request import SweepRequest
 from omni.vllm_plugin import names
 from tests.engines.arms import TINY, VLLM_ARM, VLLM_PY, GiB, MiB, write_spec

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from omni.store.dataset import load_runs
+from omni.store.reading import load_runs
 from tests.conftest import OMNI, REPO, omni
 
 
@@ -138,29 +138,30 @@ PREPARE_COUNTER = """\
 import sys
 import omni.sweep.prepare
 import flows.sweep
-from omni import cli
+from omni.cli.main import main
 
-calls = []
+plans = []
 real = omni.sweep.prepare.prepare_sweep
 
-def counted(*args, **kwargs):
-    calls.append(kwargs.get("sweep_id"))
-    return real(*args, **kwargs)
+def recorded(*args, **kwargs):
+    prepared = real(*args, **kwargs)
+    plans.append((prepared.sweep_id, [item.run_id for item in prepared.items]))
+    return prepared
 
-omni.sweep.prepare.prepare_sweep = flows.sweep.prepare_sweep = counted
+omni.sweep.prepare.prepare_sweep = flows.sweep.prepare_sweep = recorded
 sys.argv = ["omni", *sys.argv[1:]]
 try:
-    cli.main()
+    main()
 except SystemExit as exit:
     print("EXIT", exit.code)
-print("PREPARED", len(calls))
+print("PREPARED", len(plans), "SAME", len(set(repr(p) for p in plans)) == 1)
 """
 
 
-@pytest.mark.slow
-def test_omni_sweep_prepares_once(tmp_path):
-    """The CLI prepares (a bad spec is one line before Prefect starts) and the
-    flow, in the same process, runs what it was handed: one preparation."""
+def test_omni_sweep_runs_in_its_flow_the_plan_it_prepared(tmp_path):
+    """The CLI prepares (a bad spec is one line before Prefect starts); the
+    flow, given the request alone, prepares the same sweep again: the same
+    sweep id and the same runs, and nothing is handed over between them."""
     results = tmp_path / "results"
     spec = tmp_path / "one.yaml"
     spec.write_text(yaml.safe_dump({"name": "one", "passes": 1, "arms": [{"name": "a", "engine": "synthetic"}]}))
@@ -173,7 +174,7 @@ def test_omni_sweep_prepares_once(tmp_path):
         env=env,
         timeout=300,
     )
-    assert "PREPARED 1" in done.stdout, done.stdout[-2000:] + done.stderr[-3000:]
+    assert "PREPARED 2 SAME True" in done.stdout, done.stdout[-2000:] + done.stderr[-3000:]
     assert len(load_runs(results)) == 1
 
 

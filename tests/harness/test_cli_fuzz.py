@@ -42,7 +42,7 @@ from hypothesis import strategies as st
 from omni.cli import main as cli
 from omni.envs import build as envs
 from omni.measure import ops
-from omni.store import dataset as store
+from omni.store import reading, writing
 from tests.conftest import REPO, xeon_8480c_2s
 from tests.rows import store_sweep
 
@@ -85,13 +85,13 @@ def world(tmp_path_factory):
     store_sweep(results, "sw2", {"bf16": [102, 100, 101], "int4": [119, 122, 120]}, name="fz", day=1)
     retractable = root / "retractable"  # omni retract's own: what it withdraws stays withdrawn
     victim = store_sweep(retractable, "victim", {"a": [1.0, 2.0, 3.0]}, name="v")[0]
-    template = store.load_runs(results, sweep_id="sw1").iloc[0].to_dict()
+    template = reading.load_runs(results, sweep_id="sw1").iloc[0].to_dict()
     for n, (arm, trace) in enumerate([("bf16", "bf16-head"), ("int4", "int4-head")]):
         row = {k: v for k, v in template.items() if v is not None and not (isinstance(v, float) and math.isnan(v))}
         row.update(run_id=f"prof{n:012d}", arm=arm, pass_index=n % 2, order_index=6 + n, profiled=True)
         with gzip.open(TRACES / f"{trace}.pt.trace.json.gz", "rt") as f:
-            store.write_side_table(results, "ops", row, ops.torch_trace_records(json.load(f)))
-        store.write_run(results, row)
+            writing.write_side_table(results, "ops", row, ops.torch_trace_records(json.load(f)))
+        writing.write_run(results, row)
     regular = root / "notes.txt"
     regular.write_text("not a directory\n")
     return NS(
@@ -166,7 +166,7 @@ def nothing_starts():
         mp.setitem(sys.modules, "flows.serve", serve)
         mp.setattr("flows.worker.run_worker", lambda *a, **k: None)
         mp.setattr("omni.fleet.hosts.require_server", lambda *a, **k: None)
-        mp.setattr("omni.fleet.hosts.read_hosts", lambda client: {})
+        mp.setattr("omni.fleet.hosts.read_hosts", lambda client, pool=None: {})
         mp.setattr("prefect.client.orchestration.get_client", lambda **k: client)
         mp.setattr("omni.fleet.stack.complete_env_file", lambda *a, **k: [])
         mp.setattr("omni.fleet.stack.up", lambda *a, **k: "http://127.0.0.1:4200/api")

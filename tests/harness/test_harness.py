@@ -11,8 +11,10 @@ import pytest
 from omni.host.placement import INTERFERENCE_BOUND_PCT
 from omni.run.reaper import find_run_processes
 from omni.spec import Sweep
-from omni.store.dataset import list_temp_files, load_runs
-from omni.sweep.prepare import prepare_sweep, run_and_store, write_manifest
+from omni.store.layout import list_temp_files
+from omni.store.reading import load_runs
+from omni.sweep.execute import run_and_store
+from omni.sweep.prepare import prepare_sweep, write_manifest
 from omni.sweep.request import SweepRequest
 from tests.conftest import reap_budget_s
 from tests.specs import synthetic, write_spec
@@ -207,7 +209,7 @@ def test_the_row_keeps_the_engines_environment_configuration_and_iterations(tmp_
     assert row["load_s"] >= row["engine_config"]["engine_load_s"] > 0
     stored = load_runs(tmp_path / "results").iloc[0]
     assert '"OMP_NUM_THREADS": "3"' in stored["env_vars"] and stored["iterations"] == 3
-    from omni.store.dataset import load_iterations
+    from omni.store.reading import load_iterations
 
     its = load_iterations(tmp_path / "results")
     assert list(its["iteration"]) == [0, 1, 2] and (its["steps"] == 7).all()

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from omni.store.dataset import load_iterations
-from omni.sweep.prepare import prepare_sweep, run_and_store
+from omni.store.reading import load_iterations
+from omni.sweep.execute import run_and_store
+from omni.sweep.prepare import prepare_sweep
 from omni.sweep.request import SweepRequest
 from tests.specs import synthetic, write_spec
 

@@ -12,7 +12,8 @@ from statistics import median
 import pytest
 
 from omni.report.summary import summarize_sweep
-from omni.sweep.prepare import prepare_sweep, run_and_store, write_manifest
+from omni.sweep.execute import run_and_store
+from omni.sweep.prepare import prepare_sweep, write_manifest
 from omni.sweep.request import SweepRequest
 from tests.specs import synthetic, write_spec
 

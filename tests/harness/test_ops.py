@@ -9,7 +9,7 @@ import math
 from pathlib import Path
 
 from omni.measure import ops
-from omni.store import dataset as store
+from omni.store import reading, writing
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "traces"
 
@@ -37,7 +37,7 @@ def test_omni_ops_prints_each_arms_ops_and_judges_them_and_summaries_skip_profil
     from tests.rows import store_sweep
 
     store_sweep(tmp_path, "sw", {"bf16": [100, 101, 99], "int4": [120, 121, 119]})
-    template = store.load_runs(tmp_path, sweep_id="sw").iloc[0].to_dict()
+    template = reading.load_runs(tmp_path, sweep_id="sw").iloc[0].to_dict()
     for n, (arm, trace) in enumerate(
         [("bf16", "bf16-head"), ("bf16", "bf16-head"), ("int4", "int4-head"), ("int4", "int4-head")]
     ):
@@ -45,8 +45,8 @@ def test_omni_ops_prints_each_arms_ops_and_judges_them_and_summaries_skip_profil
         row.update(
             run_id=f"prof{n:012d}", arm=arm, pass_index=n % 2, order_index=6 + n, profiled=True, decode_tok_s=1.0
         )
-        store.write_side_table(tmp_path, "ops", row, ops.torch_trace_records(fixture(trace)))
-        store.write_run(tmp_path, row)
+        writing.write_side_table(tmp_path, "ops", row, ops.torch_trace_records(fixture(trace)))
+        writing.write_run(tmp_path, row)
     summary = summarize_sweep(tmp_path, "sw")
     assert summary.profiled == 4 and summary.runs == {"bf16": 3, "int4": 3}
     assert summary.cells[("bf16", "decode_tok_s")].median == 100  # the profiled runs' 1.0 stayed out
@@ -61,7 +61,7 @@ def test_omni_ops_prints_each_arms_ops_and_judges_them_and_summaries_skip_profil
         "status": "invalid",
         "error": ops.head_rule(INT4_HEAD, ops.torch_trace_records(fixture("bf16-head")), VOCAB, HIDDEN),
     }
-    store.write_run(tmp_path, lie)
+    writing.write_run(tmp_path, lie)
     from omni.report.markdown import summary_markdown
 
     voided = summarize_sweep(tmp_path, "sw")

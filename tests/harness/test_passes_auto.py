@@ -16,8 +16,9 @@ import yaml
 from omni.errors import OmniError
 from omni.report.summary import summarize_sweep
 from omni.stats.sequential import look_confidence
-from omni.store.dataset import load_runs
-from omni.sweep.prepare import prepare_sweep, read_stops, run_sweep_items
+from omni.store.reading import load_runs
+from omni.sweep.execute import run_sweep_items
+from omni.sweep.prepare import prepare_sweep, read_stops
 from omni.sweep.request import SweepRequest
 
 pytestmark = pytest.mark.slow

@@ -72,3 +72,31 @@ def test_watchdog_reaps_when_the_orchestrator_dies(run_id):
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     assert wait_gone(run_id) == set()
+
+
+def test_stop_group_ends_a_group_that_obeys_and_kills_one_that_does_not_only_when_asked() -> None:
+    import subprocess
+
+    from omni.run.reaper import stop_group
+
+    # obeys SIGTERM: a shell and its sleeping child end within the grace
+    obeys = subprocess.Popen(["sh", "-c", "sleep 60 & wait"], start_new_session=True)
+    assert stop_group(obeys.pid, 30.0, obeys) is True
+    assert obeys.returncode is not None
+
+    # a member ignores SIGTERM: without kill it is left to the caller, with kill it goes
+    stubborn = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print(1, flush=True); time.sleep(60)",
+        ],
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+    )
+    stubborn.stdout.readline()  # its handler is set
+    assert stop_group(stubborn.pid, 0.3, stubborn, kill=False) is False
+    assert stubborn.poll() is None
+    assert stop_group(stubborn.pid, 0.3, stubborn) is True
+    assert stubborn.returncode == -signal.SIGKILL
+    stubborn.stdout.close()

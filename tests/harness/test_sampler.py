@@ -5,8 +5,10 @@ import subprocess
 import sys
 import time
 
+from omni.measure.interference import InterferenceSource, summarize_interference
+from omni.measure.memory import MemorySource
 from omni.measure.procfs import descendants, parent_map
-from omni.measure.sampler import TreeSampler, summarize_interference
+from omni.measure.sources import tree_sampler
 
 CHILD = [sys.executable, "-m", "omni.engines.synthetic", "--child"]
 
@@ -41,30 +43,32 @@ def test_sampler_sums_tree_and_reads_binding():
         "c.stdout.readline(); print('ready', flush=True); sys.stdin.read()\n"
     )
     proc = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-    sampler = TreeSampler(proc.pid, interval=0.02, tree_period_s=0.1, budget=1.0).start()
+    sampler = tree_sampler(proc.pid, interval=0.02, tree_period_s=0.1, budget=1.0).start()
     try:
         assert proc.stdout.readline().strip() == b"ready"
         time.sleep(0.3)
     finally:
         sampler.stop()
         release(proc)
-    assert len(sampler.seen) == 2
-    peak_kib = max(s.rss_anon_kib for s in sampler.samples)
+    memory = sampler.source(MemorySource)
+    assert len(sampler.tree.seen) == 2
+    peak_kib = max(s.rss_anon_kib for s in memory.samples)
     assert 96 * 1024 <= peak_kib < 140 * 1024
-    assert max(s.n_procs for s in sampler.samples) == 2
+    assert max(s.n_procs for s in memory.samples) == 2
     mine = sorted(os.sched_getaffinity(0))
-    assert all(p.cpus_allowed == mine for p in sampler.seen.values())
-    assert sampler.pss_samples, "Pss_Anon sampled at a lower rate"
+    assert all(p.cpus_allowed == mine for p in sampler.tree.seen.values())
+    assert memory.pss_samples, "Pss_Anon sampled at a lower rate"
 
 
 def test_sampler_survives_a_vanished_root():
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
     proc.wait()
-    sampler = TreeSampler(proc.pid, interval=0.01).start()
+    sampler = tree_sampler(proc.pid, interval=0.01).start()
     time.sleep(0.05)
     sampler.stop()
     # reaped before the first look: nothing to measure, and that is no error
-    assert sampler.samples == [] and sampler.pss_samples == [] and sampler.seen == {}
+    memory = sampler.source(MemorySource)
+    assert memory.samples == [] and memory.pss_samples == [] and sampler.tree.seen == {}
     assert sampler.error is None
 
 
@@ -81,13 +85,14 @@ def test_interference_is_sampled_between_the_marks_and_sees_the_trees_processes_
         "while True: pass\n"
     )
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE)
-    sampler = TreeSampler(proc.pid).start()
+    sampler = tree_sampler(proc.pid).start()
+    samples = sampler.source(InterferenceSource).samples
     try:
         assert proc.stdout.readline().strip() == b"ready"
         sampler.mark("loaded")
         time.sleep(2.5)
         sampler.mark("steady")
-        taken = len(sampler.interference)
+        taken = len(samples)
         time.sleep(1.2)  # after steady: no more samples
     finally:
         sampler.stop()
@@ -95,11 +100,11 @@ def test_interference_is_sampled_between_the_marks_and_sees_the_trees_processes_
             os.kill(pid, 9)
         proc.wait()
         proc.stdout.close()
-    assert taken >= 3 and len(sampler.interference) == taken
-    assert [s.phase for s in sampler.interference][:: taken - 1] == ["loaded", "steady"]
-    found = summarize_interference(sampler.interference, (0,))
+    assert taken >= 3 and len(samples) == taken
+    assert [s.phase for s in samples][:: taken - 1] == ["loaded", "steady"]
+    found = summarize_interference(samples, (0,))
     assert found.run_delay_ms_per_s > 500, found
-    assert found.window_s > 2 and sampler.interference_cpu_s > 0
+    assert found.window_s > 2 and sampler.timed_cpu_s > 0
     # the tree's time is on CPU 0, where it was pinned, and nowhere else
-    last = sampler.interference[-1].tree_s_by_cpu
+    last = samples[-1].tree_s_by_cpu
     assert last.get(0, 0) > 0 and sum(last.values()) == last[0]

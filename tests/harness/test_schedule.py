@@ -13,7 +13,8 @@ import pytest
 from omni.cpulist import format_cpulist
 from omni.host.topology import Slot
 from omni.run.schedule import claim_run, hold_cpus
-from omni.sweep.prepare import prepare_sweep, run_sweep_items
+from omni.sweep.execute import run_sweep_items
+from omni.sweep.prepare import prepare_sweep
 from omni.sweep.request import SweepRequest
 from tests.conftest import omni, xeon_8480c_2s
 from tests.specs import synthetic, write_spec

@@ -19,7 +19,7 @@ from omni.report.across import comparison_markdown
 from omni.report.html import html_report
 from omni.report.markdown import VERDICT_COLORS, summary_markdown
 from omni.report.summary import summarize_sweep
-from omni.store.dataset import load_runs
+from omni.store.reading import load_runs
 from tests.conftest import omni
 from tests.rows import store_sweep
 
@@ -165,7 +165,8 @@ def test_compare_names_the_arm_made_slower_and_no_other(tmp_path):
     slot, manifest and spec copy written), without Prefect: two ephemeral
     servers and their summaries cost more than the 30 runs; omni sweep
     itself is test_cli's."""
-    from omni.sweep.prepare import prepare_sweep, run_sweep_items
+    from omni.sweep.execute import run_sweep_items
+    from omni.sweep.prepare import prepare_sweep
     from omni.sweep.request import SweepRequest
 
     results = tmp_path / "results"

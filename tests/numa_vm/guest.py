@@ -3,12 +3,12 @@ functions on a real two-node kernel, results written where the host reads them.
 
     python tests/numa_vm/guest.py OUT_DIR [--capture]
 
-Sweeps go through ``omni.sweep.prepare.prepare_sweep``/``run_sweep_items``, the
-functions the Prefect flow calls, not through Prefect: under QEMU's software
+Sweeps go through ``omni.sweep.prepare.prepare_sweep``/``omni.sweep.execute.run_sweep_items``,
+the functions the Prefect flow calls, not through Prefect: under QEMU's software
 emulation (TCG; KVM hangs at boot on these nested hosts) Python runs about
 50 times slower, and Prefect's ephemeral server did not come up within its
-timeout in 6 minutes. Importing ``omni.sweep.prepare`` takes about 40 s there; the
-flow adds nothing a binding check depends on.
+timeout in 6 minutes. Importing ``omni.sweep.prepare`` and ``omni.sweep.execute``
+takes about 40 s there; the flow adds nothing a binding check depends on.
 
 Writes OUT_DIR/results (the Parquet dataset) and OUT_DIR/report.json
 (timings, sweep ids, ``omni topology``'s output). ``--capture`` also saves
@@ -62,7 +62,8 @@ def run_sweeps(out: Path) -> dict:
     # second runs of every slot and hide the makespan being measured
     import pandas  # noqa: F401
 
-    from omni.sweep.prepare import prepare_sweep, run_sweep_items
+    from omni.sweep.execute import run_sweep_items
+    from omni.sweep.prepare import prepare_sweep
     from omni.sweep.request import SweepRequest
 
     report = {}
@@ -141,7 +142,7 @@ def omni_host(out: Path) -> dict:
     """``omni host check``, then ``tune`` and ``reset`` on the guest's real /sys
     and /proc (as root), every file tune may write read before, between and
     after: reset must give back what was there."""
-    from omni.host.conditions import plan_tune
+    from omni.host.tuning import plan_tune
 
     started = time.monotonic()
     state = str(out / "host-tune.json")

@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from omni.store.dataset import load_runs
+from omni.store.reading import load_runs
 from tests.numa_vm.boot import boot
 
 pytestmark = [pytest.mark.slow, pytest.mark.numa_vm]
@@ -100,7 +100,8 @@ def test_rows_read_back_with_plain_pandas(guest):
 
 
 def test_omni_host_check_tune_and_reset_on_a_real_two_node_kernel(guest):
-    from omni.host.conditions import CONDITION_KEYS, VERDICTS
+    from omni.host.conditions import CONDITION_KEYS
+    from omni.host.readings import VERDICTS
 
     found = guest["report"]["host"]
     check = found["check"]

@@ -17,13 +17,15 @@ import pandas as pd
 import pytest
 import yaml
 
+from omni import REPO_ROOT
 from omni.engines.common import prompts_digest, token_prompts, warmup_prompts
 from omni.measure.audit import REPEAT_MARGIN, audit_repeats, audit_tokens
 from omni.measure.iterations import run_metrics
 from omni.report.summary import summarize_sweep
 from omni.spec import Arm, arm_hash, canonical_arm_json
-from omni.store.dataset import load_iterations, load_runs
-from omni.sweep.prepare import REPO_ROOT, prepare_sweep, run_sweep_items
+from omni.store.reading import load_iterations, load_runs
+from omni.sweep.execute import run_sweep_items
+from omni.sweep.prepare import prepare_sweep
 from omni.sweep.request import SweepRequest
 
 TIMED = ("ttft_ms", "prefill_tok_s", "decode_tok_s", "e2e_s", "tpot_ms", "itl_p50_ms")

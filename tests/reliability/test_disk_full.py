@@ -19,7 +19,8 @@ import pytest
 import yaml
 
 from omni.run.reaper import find_run_processes
-from omni.store.dataset import list_temp_files, load_runs
+from omni.store.layout import list_temp_files
+from omni.store.reading import load_runs
 from tests.conftest import OMNI, omni
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]

@@ -19,8 +19,10 @@ import pytest
 from omni.engines.protocol import PHASE_PREFIX
 from omni.run.reaper import find_run_processes, reap_run
 from omni.run.runner import run_workdir
-from omni.store.dataset import list_temp_files, load_runs
-from omni.sweep.prepare import prepare_sweep, run_and_store
+from omni.store.layout import list_temp_files
+from omni.store.reading import load_runs
+from omni.sweep.execute import run_and_store
+from omni.sweep.prepare import prepare_sweep
 from omni.sweep.request import SweepRequest
 from tests.specs import write_spec
 

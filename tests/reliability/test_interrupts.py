@@ -23,7 +23,8 @@ import pytest
 import yaml
 
 from omni.measure.procfs import read_all
-from omni.store.dataset import list_temp_files, load_runs
+from omni.store.layout import list_temp_files
+from omni.store.reading import load_runs
 from tests.conftest import OMNI, REPO, omni
 from tests.specs import failing_spec
 

@@ -26,7 +26,8 @@ from omni.host.provenance import HOST_VAR
 from omni.measure.procfs import read_all
 from omni.run.reaper import RUN_ID_VAR, find_run_processes
 from omni.run.schedule import LOCK_DIR_VAR, claim_run
-from omni.store.dataset import list_temp_files, load_runs
+from omni.store.layout import list_temp_files
+from omni.store.reading import load_runs
 from tests.conftest import REPO
 from tests.server import FAST, Host, flow_run, prefect, prefect_api, running_stack  # noqa: F401 - fixtures
 
@@ -182,7 +183,8 @@ NOTHING_LEFT = {"engines": 0, "cpu_lock_held": False, "run_claim_held": False, "
 
 def follow_up_run(host: Host, tmp_path: Path, monkeypatch) -> dict:
     """A local sweep (no Prefect) on the same CPU and lock directory: its one row."""
-    from omni.sweep.prepare import prepare_sweep, run_sweep_items
+    from omni.sweep.execute import run_sweep_items
+    from omni.sweep.prepare import prepare_sweep
     from omni.sweep.request import SweepRequest
 
     monkeypatch.setenv(LOCK_DIR_VAR, str(host.base / f"locks-{host.name}"))

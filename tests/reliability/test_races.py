@@ -19,7 +19,7 @@ import sys
 import pytest
 import yaml
 
-from omni.store.dataset import load_runs
+from omni.store.reading import load_runs
 from omni.sweep.prepare import prepare_sweep, write_manifest
 from omni.sweep.request import SweepRequest
 from tests.conftest import REPO

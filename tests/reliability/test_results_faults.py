@@ -15,8 +15,7 @@ import pytest
 
 from omni.errors import OmniError
 from omni.report.summary import summarize_sweep
-from omni.store import columns
-from omni.store import dataset as store
+from omni.store import columns, reading, writing
 from omni.store.retract import load_retractions, retract
 from tests.conftest import FIXTURES, omni
 from tests.rows import file_digests, full_row, store_sweep
@@ -78,7 +77,7 @@ def test_mixed_schema_versions_read_alike_with_the_readmes_call_and_a_type_chang
     is refused, naming the file and the column."""
     import numpy as np
 
-    store.write_run(tmp_path, {**full_row("new1", "s2"), "hostname": "m1", "numa_steady_missing": 0})
+    writing.write_run(tmp_path, {**full_row("new1", "s2"), "hostname": "m1", "numa_steady_missing": 0})
     old = tmp_path / "runs" / "sweep=s1"
     old.mkdir(parents=True)
     for version in ("run_v2", "run_v3"):
@@ -86,7 +85,7 @@ def test_mixed_schema_versions_read_alike_with_the_readmes_call_and_a_type_chang
     plain = pd.read_parquet(tmp_path / "runs")
     assert "hostname" not in plain.columns and len(plain) == 3  # the trap the README warns of
     typed = pd.read_parquet(tmp_path / "runs", schema=columns.schema()).set_index("run_id").sort_index()
-    ours = store.load_runs(tmp_path).set_index("run_id").sort_index()
+    ours = reading.load_runs(tmp_path).set_index("run_id").sort_index()
     assert list(typed.columns) == list(ours.columns)
 
     def same(value):
@@ -109,4 +108,4 @@ def test_mixed_schema_versions_read_alike_with_the_readmes_call_and_a_type_chang
         changed / "x1.parquet",
     )
     with pytest.raises(OmniError, match=r"x1\.parquet: column 'decode_tok_s': cannot read string as double"):
-        store.load_runs(tmp_path, sweep_id="s3")
+        reading.load_runs(tmp_path, sweep_id="s3")

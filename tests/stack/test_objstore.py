@@ -14,8 +14,7 @@ import pandas as pd
 import pytest
 
 from omni.errors import OmniError
-from omni.store import compaction
-from omni.store import dataset as store
+from omni.store import compaction, layout, reading, writing
 from omni.store.objstore import S3Path, results_root, storage_options
 from tests.conftest import REPO
 from tests.rows import full_row, store_full_rows
@@ -37,17 +36,17 @@ def s3_results(running_stack):  # noqa: F811
 def test_the_store_on_s3_never_rewrites_and_compacts_like_a_directory(s3_results):
     first = store_full_rows(s3_results, "s1", 3)
     other = store_full_rows(s3_results, "s2", 2)
-    path = store.run_path(s3_results, "s1", first[0])
+    path = layout.run_path(s3_results, "s1", first[0])
     assert isinstance(path, S3Path) and path.is_file()
     with pytest.raises(OmniError, match="never rewritten"):
-        store.write_run(s3_results, full_row(first[0], "s1"))
-    assert store.stored_run_ids(s3_results, "s1") == set(first)
+        writing.write_run(s3_results, full_row(first[0], "s1"))
+    assert layout.stored_run_ids(s3_results, "s1") == set(first)
     assert compaction.compact_sweep(s3_results, "s1") == s3_results / "compacted" / "sweep=s1" / "part-0000.parquet"
     late = store_full_rows(s3_results, "s1", 1, start=3)
-    loaded = store.load_runs(s3_results)
+    loaded = reading.load_runs(s3_results)
     assert sorted(loaded["run_id"]) == sorted(first + other + late) and loaded["run_id"].is_unique
     assert compaction.compact_sweep(s3_results, "s1").name == "part-0001.parquet"
-    assert len(store.load_runs(s3_results, "s1")) == 4 and len(store.load_runs(s3_results, columns=["run_id"])) == 6
+    assert len(reading.load_runs(s3_results, "s1")) == 4 and len(reading.load_runs(s3_results, columns=["run_id"])) == 6
     # what the README shows: pandas and DuckDB on the run files, each row once
     frame = pd.read_parquet(f"{s3_results}/runs", storage_options=storage_options(s3_results))
     assert sorted(frame["run_id"]) == sorted(first + other + late)
@@ -64,8 +63,8 @@ def test_retractions_and_side_tables_live_on_s3_too(s3_results):
     from omni.store.retract import load_retractions, retract, retracted_runs
 
     ids = store_full_rows(s3_results, "s1", 2)
-    store.write_iterations(s3_results, full_row(ids[0], "s1"), [{"iteration": 0, "decode_tok_s": 1.0}])
-    assert store.load_iterations(s3_results, "s1")["run_id"].tolist() == [ids[0]]
+    writing.write_iterations(s3_results, full_row(ids[0], "s1"), [{"iteration": 0, "decode_tok_s": 1.0}])
+    assert reading.load_iterations(s3_results, "s1")["run_id"].tolist() == [ids[0]]
     path = retract(s3_results, ids[1], "the slot was shared")
     assert isinstance(path, S3Path) and retracted_runs(s3_results) == {ids[1]: "the slot was shared"}
     file_target = f"runs/sweep=s1/{ids[0]}.parquet"
@@ -78,7 +77,7 @@ def test_racing_writers_of_one_run_on_s3_leave_exactly_one_file(s3_results):
 
     def write(value: float) -> None:
         try:
-            store.write_run(s3_results, {**full_row("r1", "s1"), "decode_tok_s": value})
+            writing.write_run(s3_results, {**full_row("r1", "s1"), "decode_tok_s": value})
             outcomes.append(f"stored {value}")
         except OmniError:
             outcomes.append("refused")
@@ -90,7 +89,7 @@ def test_racing_writers_of_one_run_on_s3_leave_exactly_one_file(s3_results):
         t.join()
     stored = [o for o in outcomes if o.startswith("stored")]
     assert len(stored) == 1 and outcomes.count("refused") == 5
-    assert f"stored {store.load_runs(s3_results).loc[0, 'decode_tok_s']}" == stored[0]
+    assert f"stored {reading.load_runs(s3_results).loc[0, 'decode_tok_s']}" == stored[0]
 
 
 def omni(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -126,7 +125,7 @@ def test_omni_sweeps_and_summarizes_on_s3(s3_results, tmp_path):
     frame = pd.read_parquet(outcome["rows"], storage_options=storage_options(s3_results))
     assert len(frame) == len(outcome["runs"]) and frame["run_id"].is_unique
     # the sweep compacted itself when it ended; its engine logs stayed on local disk
-    assert [p.name for p in store.compacted_parts(s3_results, sweep_id)] == ["part-0000.parquet"]
+    assert [p.name for p in layout.compacted_parts(s3_results, sweep_id)] == ["part-0000.parquet"]
     assert (tmp_path / "local" / s3_results.bucket / s3_results.key / "logs" / f"sweep={sweep_id}").is_dir()
     summary = omni("summary", sweep_id, "--results", str(s3_results), env=local)
     assert summary.returncode == 0, summary.stderr[-3000:]
@@ -153,6 +152,6 @@ def test_a_missing_bucket_or_a_wrong_secret_is_one_clear_error(running_stack):  
         ),
     )
     with pytest.raises(OmniError, match="object store at http"):
-        store.write_run(wrong, full_row())
+        writing.write_run(wrong, full_row())
     with pytest.raises(OmniError, match="only a directory|give a directory or s3://"):
         results_root("gs://bucket/x")

@@ -15,7 +15,7 @@ from omni.fleet import hosts as fleet
 from omni.fleet.hosts import HostState
 from omni.run.plan import plan_sweep
 from omni.spec import load_spec
-from omni.store.dataset import run_path
+from omni.store.layout import run_path
 from omni.sweep.prepare import prepare_sweep, write_manifest
 from omni.sweep.request import SweepRequest, parse_replacements
 from tests.conftest import REPO
@@ -191,3 +191,34 @@ def test_the_shard_deployment_is_registered_again_when_it_takes_other_parameters
     assert deploys == []
     ensure_shard_deployment(client(["spec", "passes", "host", "run_ids"]))
     assert len(deploys) == 1 and deploys[0][-2:] == ["deploy", "--all"]
+
+
+def test_the_coordinators_pool_survives_a_server_that_refuses_at_first_and_an_existing_pool(monkeypatch) -> None:
+    """scripts/worker.sh's first step: the API refusing right after the stack
+    came up, then a pool that exists already, is a pool, not an exit."""
+    import contextlib
+    from types import SimpleNamespace
+
+    from prefect.exceptions import ObjectAlreadyExists
+
+    from flows import worker
+
+    answers = [ConnectionError("refused"), RuntimeError("503"), None]
+    created = []
+
+    def create_work_pool(pool):
+        created.append(pool.name)
+        raise ObjectAlreadyExists(SimpleNamespace(), "exists")
+
+    client = SimpleNamespace(api_healthcheck=lambda: answers.pop(0), create_work_pool=create_work_pool)
+    monkeypatch.setenv("PREFECT_API_URL", "http://127.0.0.1:9/api")
+    monkeypatch.setattr("prefect.client.orchestration.get_client", lambda **_: contextlib.nullcontext(client))
+    monkeypatch.setattr(worker.time, "sleep", lambda s: None)
+    worker.ensure_pool("omni", wait_s=60)
+    assert created == ["omni"] and answers == []
+
+    # a server that never answers: the error says where it asked and what to do
+    monkeypatch.setattr(worker.time, "monotonic", iter(range(0, 1000, 30)).__next__)
+    client.api_healthcheck = lambda: ConnectionError("refused")
+    with pytest.raises(OmniError, match=r"127\.0\.0\.1:9/api did not answer within 60 s .*omni stack up"):
+        worker.ensure_pool("omni", wait_s=60)

@@ -1,6 +1,6 @@
 """The dense-head rule (omni.measure.heads): every claim that an output head is
 quantized, the arm's or the model's, against the head as the engine loaded it;
-and the arms its runs void (omni.report.summary.void_arms)."""
+and the arms its runs void (omni.report.void.void_arms)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pytest
 
 from omni.engines.llamacpp import gguf_header
 from omni.measure import heads
-from omni.report.summary import void_arms
-from omni.run.runner import fill_head
+from omni.report.void import void_arms
+from omni.run.validity import fill_head
 
 INT4 = {"int4_lm_head": True, "int4_group_size": 32}
 LM_HEAD = {"tensor": "lm_head", "method": "UnquantizedEmbeddingMethod"}

@@ -1,6 +1,7 @@
-"""omni.host.conditions on canned sys/ and proc/ trees: a tuned 2-socket bare-metal host,
-an untuned one, a VM like the CI machine, a host without cpufreq; tune and
-reset on a tree, byte for byte; the omni host commands on a tree."""
+"""omni.host.conditions (and its readers) and omni.host.tuning on canned sys/
+and proc/ trees: a tuned 2-socket bare-metal host, an untuned one, a VM like
+the CI machine, a host without cpufreq; tune and reset on a tree, byte for
+byte; the omni host commands on a tree."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from typer.testing import CliRunner
 
 from omni.cli.main import app
 from omni.errors import OmniError
-from omni.host import conditions as host
+from omni.host import conditions, cpu_conditions, memory_conditions, readings, tuning
 
 CPU = "sys/devices/system/cpu"
 THP = "sys/kernel/mm/transparent_hugepage"
@@ -132,8 +133,8 @@ def snapshot(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-def by_name(conditions) -> dict[str, host.Condition]:
-    return {c.name: c for c in conditions}
+def by_name(found) -> dict[str, readings.Condition]:
+    return {c.name: c for c in found}
 
 
 @pytest.fixture
@@ -153,16 +154,16 @@ def vm(tmp_path) -> Path:
 
 def test_every_condition_has_a_known_verdict_a_reason_and_a_fix_for_warnings(untuned, vm):
     for root in (untuned, vm):
-        for condition in host.check(root, [2, 3] if root == untuned else [1]):
-            assert condition.verdict in host.VERDICTS, condition
+        for condition in conditions.check(root, [2, 3] if root == untuned else [1]):
+            assert condition.verdict in readings.VERDICTS, condition
             assert condition.why.count(".") <= 1 and len(condition.why) > 40, condition.name
             if condition.verdict == "warn":
                 assert condition.fix, condition.name
 
 
 def test_a_tuned_bare_metal_host_warns_of_nothing(tuned):
-    found = by_name(host.check(tuned, [2, 3]))
-    assert host.moving_conditions(found.values()) == []
+    found = by_name(conditions.check(tuned, [2, 3]))
+    assert conditions.moving_conditions(found.values()) == []
     assert found["governor"].value == "performance" and found["governor"].verdict == "ok"
     assert found["freq_khz"].value == "3800000-3800000" and found["freq_khz"].verdict == "ok"
     assert found["boost"].value == "off" and "intel_pstate" in found["boost"].detail
@@ -172,7 +173,7 @@ def test_a_tuned_bare_metal_host_warns_of_nothing(tuned):
 
 
 def test_an_untuned_host_warns_of_what_moves_numbers(untuned):
-    found = by_name(host.check(untuned, [2, 3]))
+    found = by_name(conditions.check(untuned, [2, 3]))
     assert found["governor"].value == "0-1 powersave; 2-3 performance"
     warned = {c.name for c in found.values() if c.verdict == "warn"}
     assert warned == {
@@ -189,24 +190,24 @@ def test_an_untuned_host_warns_of_what_moves_numbers(untuned):
     assert found["swap_used_mb"].value == "1024"
     # IRQ 24 fired on CPU 0 and may land on 2-3; 25 is on 2 but never fired; 0 is on CPU 0
     assert found["irq_affinity"].value == "24"
-    lines = host.moving_conditions(found.values())
+    lines = conditions.moving_conditions(found.values())
     assert len(lines) == len(warned) and any(line.startswith("numa_balancing 1: ") for line in lines)
 
 
 def test_numa_balancing_on_one_node_is_information(untuned):
     shutil.rmtree(untuned / "sys/devices/system/node/node1")
     (untuned / "sys/devices/system/node/node0/cpulist").write_text("0-3\n")
-    assert host.read_numa_balancing(untuned).verdict == "info"
+    assert memory_conditions.read_numa_balancing(untuned).verdict == "info"
 
 
 def test_the_vm_like_ci_shows_unknown_frequency_and_its_hypervisor(vm):
-    found = by_name(host.check(vm, [1]))
+    found = by_name(conditions.check(vm, [1]))
     assert {found[n].verdict for n in ("governor", "freq_khz", "boost")} == {"unknown"}
     assert found["smt"].value == "notsupported" and found["thp_enabled"].verdict == "info"
     assert found["hypervisor"].value == "yes" and found["hypervisor"].verdict == "info"
     # cpu1: 9177 steal ticks of 2256804
     assert found["steal_pct"].value == "0.41" and found["steal_pct"].detail == "since boot on cpus 1"
-    assert found["nohz_full"].value == host.ABSENT and found["irq_affinity"].verdict == "warn"
+    assert found["nohz_full"].value == readings.ABSENT and found["irq_affinity"].verdict == "warn"
 
 
 def test_a_host_without_cpufreq_or_sysctls_reads_as_unknown(untuned):
@@ -214,45 +215,45 @@ def test_a_host_without_cpufreq_or_sysctls_reads_as_unknown(untuned):
         shutil.rmtree(untuned / CPU / f"cpu{cpu}" / "cpufreq")
     shutil.rmtree(untuned / CPU / "intel_pstate")
     shutil.rmtree(untuned / SYSCTL)
-    found = by_name(host.check(untuned))
+    found = by_name(conditions.check(untuned))
     for name in ("governor", "freq_khz", "boost", "numa_balancing", "perf_event_paranoid", "aslr"):
-        assert (found[name].value, found[name].verdict) == (host.ABSENT, "unknown"), name
+        assert (found[name].value, found[name].verdict) == (readings.ABSENT, "unknown"), name
 
 
 def test_steal_over_a_window_counts_only_the_window():
     before = "cpu  200 0 0 1800 0 0 0 0 0 0\ncpu0 100 0 0 900 0 0 0 0 0 0\ncpu1 100 0 0 900 0 0 0 0 0 0\n"
     after = "cpu  300 0 0 3800 0 0 0 50 0 0\ncpu0 150 0 0 1900 0 0 0 50 0 0\ncpu1 150 0 0 1900 0 0 0 0 0 0\n"
-    assert host.steal_condition(before).verdict == "ok"  # none since boot
-    window = host.steal_condition(before, after, [0])
+    assert cpu_conditions.steal_condition(before).verdict == "ok"  # none since boot
+    window = cpu_conditions.steal_condition(before, after, [0])
     assert (window.value, window.verdict) == ("4.55", "warn")  # 50 of 1100 ticks
     assert window.detail == "over the sample window on cpus 0"
-    assert host.steal_condition(before, after, [1]).value == "0.00"
+    assert cpu_conditions.steal_condition(before, after, [1]).value == "0.00"
 
 
 def test_host_conditions_are_flat_strings_that_compare_across_rows(tuned, untuned):
-    rows = [host.host_conditions(tuned), host.host_conditions(tuned), host.host_conditions(untuned)]
-    assert list(rows[0]) == list(host.CONDITION_KEYS)
+    rows = [conditions.host_conditions(tuned), conditions.host_conditions(tuned), conditions.host_conditions(untuned)]
+    assert list(rows[0]) == list(conditions.CONDITION_KEYS)
     assert json.loads(json.dumps(rows)) == rows
-    changed = host.changed_conditions(rows)
+    changed = conditions.changed_conditions(rows)
     assert any(line.startswith("governor changed during the sweep: 'performance' in 2 rows") for line in changed)
     assert not any(line.startswith(("smt ", "hypervisor ")) for line in changed)
-    assert host.changed_conditions(rows[:2]) == []
+    assert conditions.changed_conditions(rows[:2]) == []
 
 
 def test_interrupts_and_cpu_masks_parse_and_format():
-    counts = host.parse_interrupts(INTERRUPTS)
+    counts = cpu_conditions.parse_interrupts(INTERRUPTS)
     assert counts["24"] == {0: 1000, 1: 0, 2: 7, 3: 0} and "NMI" not in counts
     for cpus, text in (([0, 1], "3"), ([0, 32], "1,00000001"), ([4], "10")):
-        assert host.format_cpumask(cpus) == text and host.parse_cpumask(text) == cpus
-    assert host.selected("always defer [madvise] never\n") == "madvise" and host.selected("defer\n") == "defer"
+        assert tuning.format_cpumask(cpus) == text and tuning.parse_cpumask(text) == cpus
+    assert readings.selected("always defer [madvise] never\n") == "madvise" and readings.selected("defer\n") == "defer"
 
 
 def test_tune_then_reset_restores_every_file_byte_for_byte(untuned, tmp_path):
     before = snapshot(untuned)
     state = tmp_path / "state" / "tune.json"
-    changes = host.tune(untuned, [2, 3], state)
+    changes = tuning.tune(untuned, [2, 3], state)
     assert not [c for c in changes if c.error]
-    found = by_name(host.check(untuned, [2, 3]))
+    found = by_name(conditions.check(untuned, [2, 3]))
     for name in ("governor", "freq_khz", "boost", "thp_defrag", "numa_balancing", "ksm", "irq_affinity", "aslr"):
         assert found[name].verdict == "ok", found[name]
     assert (untuned / "proc/irq/24/smp_affinity_list").read_text() == "0-1\n"
@@ -260,7 +261,7 @@ def test_tune_then_reset_restores_every_file_byte_for_byte(untuned, tmp_path):
     assert (untuned / "proc/irq/default_smp_affinity").read_text() == "3\n"
     assert {c.target for c in changes if c.name == "governor"} == {"cpu0", "cpu1"}  # 2-3 already performance
     assert json.loads(state.read_text())["root"] == str(untuned.resolve())
-    restored = host.reset(untuned, state)
+    restored = tuning.reset(untuned, state)
     assert not [c for c in restored if c.error] and not state.exists()
     after = snapshot(untuned)
     # a choice file reads 'always [defer] ...' on sysfs but takes the bare word, which a plain file then shows
@@ -271,12 +272,12 @@ def test_tune_then_reset_restores_every_file_byte_for_byte(untuned, tmp_path):
 
 def test_a_second_tune_keeps_the_first_originals(untuned, tmp_path):
     state = tmp_path / "tune.json"
-    host.tune(untuned, [2, 3], state)
+    tuning.tune(untuned, [2, 3], state)
     governor = untuned / CPU / "cpu0/cpufreq/scaling_governor"
     governor.write_text("schedutil\n")  # someone changed it between the tunes
-    second = host.tune(untuned, [2, 3], state)
+    second = tuning.tune(untuned, [2, 3], state)
     assert [(c.target, c.old) for c in second] == [("cpu0", "schedutil")]
-    host.reset(untuned, state)
+    tuning.reset(untuned, state)
     assert governor.read_text() == "powersave\n"
     assert (untuned / SYSCTL / "numa_balancing").read_text() == "1\n"
 
@@ -291,19 +292,19 @@ def test_a_failed_write_is_reported_and_not_recorded(untuned, tmp_path, monkeypa
             raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), path)
         return real_open(path, flags, *args)
 
-    monkeypatch.setattr(host.os, "open", refusing_open)
-    changes = host.tune(untuned, [2, 3], state)
+    monkeypatch.setattr(tuning.os, "open", refusing_open)
+    changes = tuning.tune(untuned, [2, 3], state)
     failed = [c for c in changes if c.error]
     assert [(c.name, c.error) for c in failed] == [("numa_balancing", "Permission denied")]
     assert refused not in {e["path"] for e in json.loads(state.read_text())["writes"]}
     assert (untuned / SYSCTL / "numa_balancing").read_text() == "1\n"
-    assert any("FAILED: Permission denied" in line for line in host.describe_changes(changes))
+    assert any("FAILED: Permission denied" in line for line in tuning.describe_changes(changes))
 
 
 def test_an_absent_file_is_reported_and_dry_run_writes_nothing(vm, tmp_path):
     before = snapshot(vm)
     state = tmp_path / "tune.json"
-    planned = host.tune(vm, [1], state, dry_run=True)
+    planned = tuning.tune(vm, [1], state, dry_run=True)
     assert snapshot(vm) == before and not state.exists()
     assert {c.name for c in planned if c.error == "absent"} == {"governor", "boost"}
     assert {(c.name, c.old, c.new) for c in planned if not c.error} >= {("thp_defrag", "madvise", "defer")}
@@ -311,13 +312,13 @@ def test_an_absent_file_is_reported_and_dry_run_writes_nothing(vm, tmp_path):
 
 def test_reset_needs_a_state_of_the_same_root(untuned, vm, tmp_path):
     state = tmp_path / "tune.json"
-    assert host.reset(untuned, state) == []  # nothing tuned: nothing to reset, and no error
-    host.tune(untuned, None, state)
+    assert tuning.reset(untuned, state) == []  # nothing tuned: nothing to reset, and no error
+    tuning.tune(untuned, None, state)
     with pytest.raises(OmniError, match="records a tune of root"):
-        host.reset(vm, state)
+        tuning.reset(vm, state)
     state.write_text("{")
     with pytest.raises(OmniError, match="cannot read omni host tune's state"):
-        host.reset(untuned, state)
+        tuning.reset(untuned, state)
 
 
 def test_the_host_commands_run_on_a_fixture_root(untuned, tmp_path):
@@ -325,11 +326,11 @@ def test_the_host_commands_run_on_a_fixture_root(untuned, tmp_path):
     root = str(untuned)
     shown = runner.invoke(app, ["host", "check", "--sysfs-root", root, "--cpus", "2-3"])
     assert shown.exit_code == 0, shown.output
-    for name in host.CONDITION_KEYS + ("irq_affinity", "steal_pct"):
+    for name in conditions.CONDITION_KEYS + ("irq_affinity", "steal_pct"):
         assert name in shown.stdout
     assert "fix: omni host tune" in shown.stdout
     as_json = runner.invoke(app, ["host", "check", "--sysfs-root", root, "--json"])
-    assert {c["name"] for c in json.loads(as_json.stdout)} >= set(host.CONDITION_KEYS)
+    assert {c["name"] for c in json.loads(as_json.stdout)} >= set(conditions.CONDITION_KEYS)
     state = str(tmp_path / "tune.json")
     dry = runner.invoke(app, ["host", "tune", "--sysfs-root", root, "--cpus", "2-3", "--dry-run", "--state", state])
     assert "governor cpu0-1: powersave -> performance" in dry.stdout and not Path(state).exists()

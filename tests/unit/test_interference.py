@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from omni.measure.interference import InterferenceSample, summarize_interference
 from omni.measure.procfs import parse_thread_sched
-from omni.measure.sampler import InterferenceSample, summarize_interference
 
 
 def test_thread_sched_reads_cpu_time_wait_and_last_cpu():

@@ -9,9 +9,10 @@ cycle: it only moves the ImportError to the first call).
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
-from omni import LAYERS
+from omni import ENGINE_LIBRARIES, ENGINE_SIDE, LAYERS, PREFECT
 
 REPO = Path(__file__).resolve().parents[2]
 PACKAGES = ("omni", "flows")
@@ -47,7 +48,7 @@ def imported(tree: ast.AST, modules: dict[str, Path], here: str) -> set[str]:
                 anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join([*anchor, base] if base else anchor)
             names.add(known(base))
-            # `from omni import store` imports the module omni.store.dataset
+            # `from omni.store import reading` imports the module omni.store.reading
             names.update(known(f"{base}.{alias.name}") for alias in node.names if f"{base}.{alias.name}" in modules)
     names.discard(None)
     names.discard(here)
@@ -133,12 +134,21 @@ def test_no_import_cycle() -> None:
     assert cycles == [], "import cycles: " + "; ".join(" <-> ".join(c) for c in cycles)
 
 
-def subpackages(root: Path = REPO) -> frozenset[str]:
-    return frozenset(name for name, path in module_files(root, PACKAGES).items() if path.name == "__init__.py")
+def subpackages(root: Path = REPO) -> dict[str, Path]:
+    """Every subpackage of omni/ and flows/ (the roots aside): name -> its __init__.py."""
+    found = module_files(root, PACKAGES)
+    return {name: path for name, path in found.items() if path.name == "__init__.py" and name not in PACKAGES}
+
+
+def runs_no_code(path: Path) -> bool:
+    """The file is a docstring alone (or empty)."""
+    body = ast.parse(path.read_text()).body
+    return all(isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) for node in body)
 
 
 def test_no_import_from_a_higher_layer() -> None:
-    problems = layer_problems(import_graph(REPO), packages=subpackages() - {"omni", "flows"})
+    empty = frozenset(name for name, path in subpackages().items() if runs_no_code(path))
+    problems = layer_problems(import_graph(REPO), packages=empty)
     assert problems == [], "\n".join(problems)
 
 
@@ -172,3 +182,114 @@ def test_the_check_finds_an_upward_import(tmp_path: Path) -> None:
         "omni.low (bottom) imports omni.high (top), a higher layer",
         "omni.stray is in no layer: add it to omni.LAYERS (omni/__init__.py)",
     ]
+
+
+def test_every_subpackage_says_its_job_and_runs_no_code() -> None:
+    """A subpackage's docstring says its job and its modules' layers; its
+    ``__init__`` runs nothing, so importing one module of it imports no other
+    (the engine side's packages and spec's reader, which run code, are named
+    in LAYERS and held to their layer like any module)."""
+    named = {prefix for _, prefixes in LAYERS for prefix in prefixes}
+    for name, path in subpackages().items():
+        doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+        assert len(doc.split()) >= 12, f"{path}: say in its docstring what the subpackage does and may import"
+        assert runs_no_code(path) or name in named, f"{path} runs code: move it into a module, or name {name} in LAYERS"
+
+
+def outside_imports(path: Path) -> set[str]:
+    """The top-level names of everything a file imports (function-local too), relative imports aside."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
+
+
+def engine_side_problems(root: Path = REPO, engine_side=ENGINE_SIDE, libraries=ENGINE_LIBRARIES) -> list[str]:
+    """Imports of engine-side modules that an engine env cannot satisfy: any
+    third-party package but the engine libraries, any omni module not engine-side."""
+    modules = module_files(root, ("omni",))
+
+    def engine_side_module(name: str) -> bool:
+        return any(name == p or name.startswith(p + ".") for p in engine_side)
+
+    problems = []
+    for name, path in modules.items():
+        if not engine_side_module(name):
+            continue
+        for target in sorted(outside_imports(path)):
+            top = target.split(".")[0]
+            if top == "omni":
+                if target == "omni" or target in ("omni.__version__", "omni.REPO_ROOT"):
+                    continue
+                while target not in modules and "." in target:
+                    target = target.rpartition(".")[0]
+                if not engine_side_module(target):
+                    problems.append(f"{name} (engine side) imports {target}, which an engine env does not hold")
+            elif top not in sys.stdlib_module_names and top not in libraries:
+                problems.append(f"{name} (engine side) imports {top}, neither the standard library nor an engine's")
+    return problems
+
+
+def prefect_problems(root: Path = REPO, allowed=PREFECT) -> list[str]:
+    modules = module_files(root, PACKAGES)
+    return [
+        f"{name} imports Prefect: only {', '.join(allowed)} do (omni.PREFECT)"
+        for name, path in sorted(modules.items())
+        if not any(name == a or name.startswith(a + ".") for a in allowed)
+        and any(t == "prefect" or t.startswith("prefect.") for t in outside_imports(path))
+    ]
+
+
+def test_the_engine_side_imports_only_the_standard_library_its_engines_and_itself() -> None:
+    assert engine_side_problems() == []
+
+
+def test_prefect_is_imported_only_where_the_layers_say() -> None:
+    assert prefect_problems() == []
+
+
+MAX_LINES = 600
+
+
+def test_no_module_is_over_600_lines() -> None:
+    long = {
+        str(path.relative_to(REPO)): n
+        for path in module_files(REPO, PACKAGES).values()
+        if (n := len(path.read_text().splitlines())) > MAX_LINES
+    }
+    assert long == {}, f"cut these along the jobs they hold: {long}"
+
+
+def test_docs_architecture_lists_every_module() -> None:
+    """Every module by its path, in backticks; a package's docstring-only
+    ``__init__`` is its heading, not a module."""
+    text = (REPO / "docs" / "architecture.md").read_text()
+    missing = sorted(
+        str(path.relative_to(REPO))
+        for path in module_files(REPO, PACKAGES).values()
+        if f"`{path.relative_to(REPO)}`" not in text and not (path.name == "__init__.py" and runs_no_code(path))
+    )
+    assert missing == [], "docs/architecture.md's tables miss: " + ", ".join(missing)
+
+
+def test_the_rule_checks_find_what_they_forbid(tmp_path: Path) -> None:
+    pkg = tmp_path / "omni"
+    (pkg / "engines").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "engines" / "__init__.py").write_text("")
+    (pkg / "engines" / "x.py").write_text(
+        "import json\nimport numpy\ndef f():\n    import pandas\n    from omni.store import rows\n"
+    )
+    (pkg / "store").mkdir()
+    (pkg / "store" / "__init__.py").write_text("")
+    (pkg / "store" / "rows.py").write_text("from prefect import flow\n")
+    assert engine_side_problems(tmp_path, ("omni.engines",), frozenset({"numpy"})) == [
+        "omni.engines.x (engine side) imports omni.store.rows, which an engine env does not hold",
+        "omni.engines.x (engine side) imports pandas, neither the standard library nor an engine's",
+    ]
+    (tmp_path / "flows").mkdir()
+    (tmp_path / "flows" / "__init__.py").write_text("")
+    assert prefect_problems(tmp_path, ("flows",)) == ["omni.store.rows imports Prefect: only flows do (omni.PREFECT)"]

@@ -12,8 +12,10 @@ from omni.cpulist import parse_cpulist
 from omni.host.placement import verify_binding
 from omni.host.topology import Slot
 from omni.measure.mempolicy import local_fraction, node_list, parse_numa_maps, parse_policy, policy_of_thread
+from omni.measure.numa_pages import NumaSeen, NumaSource
 from omni.measure.procfs import read_status
-from omni.measure.sampler import NumaSeen, ProcessSeen, TreeSampler
+from omni.measure.sampler import ProcessSeen
+from omni.measure.sources import tree_sampler
 
 GUEST = Path(__file__).parents[1] / "fixtures" / "numa_guest"
 HOST = Path(__file__).parents[1] / "fixtures" / "numa_host"  # captured on a one-node host
@@ -175,19 +177,21 @@ def test_this_hosts_own_numa_maps_parse():
 
 
 def binding_row(numa: NumaSeen, proc: ProcessSeen, steady_read: bool) -> dict:
-    """What runner.fill_binding makes of one process whose pages sit mostly off
-    the slot, with or without a numa_maps read in steady state."""
+    """What the row makes of what the sampler found (omni.run.row.fill_sampled) for
+    one process whose pages sit mostly off the slot, with or without a
+    numa_maps read in steady state."""
     from types import SimpleNamespace
 
-    from omni.run.runner import fill_binding
+    from omni.run.row import fill_sampled
 
-    sampler = TreeSampler(root_pid=proc.pid)
-    sampler.seen = {proc.pid: proc}
-    sampler.numa_seen = {proc.pid: NumaSeen(proc.pid, numa.name, numa.latest, numa.latest if steady_read else None)}
-    sampler.numa_seen[proc.pid].policies, sampler.numa_seen[proc.pid].task_policies = numa.policies, numa.task_policies
-    sampler.steady_pids = {proc.pid}
+    sampler = tree_sampler(proc.pid)
+    sampler.tree.seen = {proc.pid: proc}
+    seen = sampler.source(NumaSource).numa_seen
+    seen[proc.pid] = NumaSeen(proc.pid, numa.name, numa.latest, numa.latest if steady_read else None)
+    seen[proc.pid].policies, seen[proc.pid].task_policies = numa.policies, numa.task_policies
+    sampler.tree.steady_pids = {proc.pid}
     row = {"status": "ok", "warnings": [], "warning_rules": []}
-    fill_binding(row, SimpleNamespace(sampler=sampler), SimpleNamespace(slot=NODE1), "numactl")
+    fill_sampled(row, SimpleNamespace(sampler=sampler), SimpleNamespace(slot=NODE1), "numactl", False, True)
     return row
 
 

@@ -16,7 +16,7 @@ from omni.host.topology import Slot
 from omni.measure import ops
 from omni.run.plan import plan_sweep
 from omni.spec import load_spec
-from omni.store import dataset as store
+from omni.store import reading, writing
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "traces"
 VOCAB, HIDDEN = 32000, 256  # tiny-llama
@@ -173,11 +173,11 @@ def test_per_op_verdicts_follow_the_rule_of_every_metric():
 def test_ops_are_stored_beside_the_run_and_read_once_committed(tmp_path):
     row = {"run_id": "r1", "sweep_id": "s1", "arm": "a", "pass_index": 0}
     records = ops.torch_trace_records(fixture("int4-head"))
-    store.write_side_table(tmp_path, "ops", row, records)
-    assert store.load_ops(tmp_path, "s1").empty  # no run row yet: not committed
+    writing.write_side_table(tmp_path, "ops", row, records)
+    assert reading.load_ops(tmp_path, "s1").empty  # no run row yet: not committed
     (tmp_path / "runs" / "sweep=s1").mkdir(parents=True)
     (tmp_path / "runs" / "sweep=s1" / "r1.parquet").write_bytes(b"")  # the commit, by name
-    got = store.load_ops(tmp_path, "s1")
+    got = reading.load_ops(tmp_path, "s1")
     assert len(got) == len(records) and set(got["run_id"]) == {"r1"}
     assert got["self_ms"].sum() == pytest.approx(sum(r["self_ms"] for r in records))
     assert pd.read_parquet(tmp_path / "ops").shape[0] == len(records)  # pandas reads the directory

@@ -257,7 +257,7 @@ def test_engine_freeze_hash_leaves_omni_out_and_moves_with_the_engine(tmp_path):
 def test_sweep_provenance_names_what_differed():
     import pandas as pd
 
-    from omni.report.summary import sweep_provenance
+    from omni.report.provenance import sweep_provenance
 
     frame = pd.DataFrame(
         {

@@ -15,7 +15,8 @@ from omni.measure.kv import (
     memory_refusal,
     provisioning_of,
 )
-from omni.run.runner import kv_rules, loaded_after, validity_rules
+from omni.run.row import loaded_after
+from omni.run.validity import kv_rules, validity_rules
 from omni.spec import Arm
 from tests.rows import store_sweep
 
@@ -76,8 +77,8 @@ def test_a_vllm_row_without_mmap_counts_as_anonymous_weights():
 
 def test_a_memory_verdict_is_refused_and_other_metrics_are_judged(tmp_path):
     store_sweep(tmp_path, "sw", {"a": [1, 1, 1], "b": [1, 1, 1]})
-    from omni.report.summary import judge
-    from omni.store.dataset import load_runs
+    from omni.report.verdicts import judge
+    from omni.store.reading import load_runs
 
     frame = load_runs(tmp_path)
     frame["kv_cache_bytes_needed"] = NEED

@@ -2,8 +2,10 @@
 
 import os
 
+from omni.measure.memory import summarize_series
 from omni.measure.mempolicy import parse_numa_maps
-from omni.measure.sampler import NumaSeen, TreeSampler, summarize_series
+from omni.measure.numa_pages import NumaSeen, NumaSource
+from omni.measure.sources import tree_sampler
 
 
 def test_summarize_series_phases():
@@ -33,14 +35,15 @@ def test_processes_with_no_steady_numa_read_are_named():
     """A process of the tree at the steady mark whose numa_maps was last read
     before it (a slow host: no read landed in the steady window) is counted;
     one read in steady state, or one gone before the mark, is not."""
-    sampler = TreeSampler(root_pid=os.getpid())
-    assert sampler.numa_not_steady() is None  # never got to steady
+    sampler = tree_sampler(os.getpid())
+    numa = sampler.source(NumaSource)
+    assert numa.not_steady(sampler.tree) is None  # never got to steady
     maps = parse_numa_maps(b"7f0000000000 bind:0 anon=16 dirty=16 N0=16 kernelpagesize_kB=4\n")
-    sampler.numa_seen = {
+    numa.numa_seen = {
         1: NumaSeen(1, "engine", maps),
         2: NumaSeen(2, "worker", maps, steady=maps),
         3: NumaSeen(3, "helper", maps),
     }
-    sampler._pids = {1, 2}  # helper 3 ended before steady
+    sampler.tree.pids = {1, 2}  # helper 3 ended before steady
     sampler.mark("steady")
-    assert [p.name for p in sampler.numa_not_steady()] == ["engine"]
+    assert [p.name for p in numa.not_steady(sampler.tree)] == ["engine"]

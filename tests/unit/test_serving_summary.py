@@ -10,7 +10,7 @@ import pytest
 
 from omni.serving.levels import Level, level_record, request_records, run_capacity
 from omni.serving.summary import LevelSlo, serving_summary
-from omni.store import dataset as store
+from omni.store import layout, reading, writing
 
 SLO = {"ttft_ms": 100.0, "tpot_ms": 100.0, "percentile": 99}
 SWEEP = "s-serve"
@@ -60,14 +60,14 @@ def store_serving_sweep(results, arms: dict[str, int]) -> None:
                 "capacity_bounds": json.dumps({"concurrency": capacity.bound} if capacity.bound else {}),
                 "slo": json.dumps(SLO),
             }
-            store.write_side_table(results, "levels", row, records)
-            store.write_run(results, row)
+            writing.write_side_table(results, "levels", row, records)
+            writing.write_run(results, row)
 
 
 @pytest.fixture
 def serving(tmp_path):
     store_serving_sweep(tmp_path, {"few": 32, "many": 299})
-    ok = store.load_runs(tmp_path, SWEEP)
+    ok = reading.load_runs(tmp_path, SWEEP)
     return serving_summary(tmp_path, SWEEP, ok, "few")
 
 
@@ -95,13 +95,13 @@ def test_a_level_of_enough_requests_meets_its_slo_on_the_bound(serving):
 
 def test_a_level_stored_before_the_bounds_is_never_read_as_met(tmp_path):
     store_serving_sweep(tmp_path, {"few": 32})
-    path = store.side_path(tmp_path, "levels", SWEEP, "few-0")
-    table = store.read_parquet(path)
+    path = layout.side_path(tmp_path, "levels", SWEEP, "few-0")
+    table = reading.read_parquet(path)
     old = table.drop_columns(["slo_verdict", "ttft_samples", "tpot_samples"])
     old = old.set_column(old.schema.get_field_index("slo_met"), "slo_met", [[True, True]])
     path.unlink()
-    store.write_once(path, old)
-    serving = serving_summary(tmp_path, SWEEP, store.load_runs(tmp_path, SWEEP), None)
+    writing.write_once(path, old)
+    serving = serving_summary(tmp_path, SWEEP, reading.load_runs(tmp_path, SWEEP), None)
     assert serving.level_slo[("few", "c=1")].verdicts == ("not_established",) * 2
     assert serving.level_slo[("few", "c=1")].requests == 32  # its requests less the failed ones
 

@@ -19,10 +19,10 @@ from omni.history.compare import compare_sweeps
 from omni.report.html import html_report
 from omni.report.markdown import as_json, summary_markdown, write_outputs
 from omni.report.summary import summarize_sweep
-from omni.run.runner import validity_rules
+from omni.run.validity import validity_rules
 from omni.spec import Arm
-from omni.store.dataset import write_run
 from omni.store.retract import retract
+from omni.store.writing import write_run
 from tests.rows import store_sweep
 
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
@@ -110,7 +110,7 @@ def test_memory_compared_across_mmap_modes_is_refused(tmp_path):
     store_sweep(tmp_path, "sw", {"a": [1, 1, 1], "b": [1, 1, 1]})
     import pandas as pd
 
-    from omni.report.summary import judge
+    from omni.report.verdicts import judge
 
     frame = pd.read_parquet(tmp_path / "runs")
     frame.loc[frame["arm"] == "b", "mmap"] = True
@@ -125,8 +125,8 @@ def test_load_time_of_an_arm_whose_runs_mixed_warm_and_cold_compiled_starts_is_r
     load_s, named in the sweep's warnings; two arms each consistent (the AOT
     patch's very effect: loaded against recompiled) are compared."""
     store_sweep(tmp_path, "sw", {"a": [1, 1, 1], "b": [1, 1, 1]})
-    from omni.report.summary import judge
-    from omni.store.dataset import load_runs
+    from omni.report.verdicts import judge
+    from omni.store.reading import load_runs
 
     frame = load_runs(tmp_path)
     frame["load_s"] = [30.0, 30.5, 29.8, 12.0, 31.0, 30.2]
@@ -502,7 +502,8 @@ def test_a_nightly_change_made_by_one_disturbed_run_says_so(tmp_path):
 def test_a_verdict_across_hosts_says_on_which_host_a_side_ran_in_two_states():
     from types import SimpleNamespace
 
-    from omni.report.summary import Judged, across_hosts
+    from omni.report.summary import across_hosts
+    from omni.report.verdicts import Judged
     from omni.stats.verdicts import Comparison
 
     def host(bimodal):
@@ -598,7 +599,7 @@ def test_identical_memory_values_never_give_an_interval_of_width_zero():
     equivalent within min_effect."""
     import pandas as pd
 
-    from omni.report.summary import judge
+    from omni.report.verdicts import judge
 
     def frame(a, b):
         n = len(a) + len(b)

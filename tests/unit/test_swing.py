@@ -146,9 +146,9 @@ def test_runs_stored_before_v14_read_with_no_correlation_and_are_not_tested(tmp_
     them (iterations and their sd, no lag-1 autocorrelation), one 30 % slow:
     upgraded on read with the correlation null, and the arm not tested,
     saying why, rather than tested as if its iterations were independent."""
-    from omni.report.summary import arm_swing
+    from omni.report.states import arm_swing
     from omni.store.columns import SCHEMA_VERSION
-    from omni.store.dataset import load_runs
+    from omni.store.reading import load_runs
 
     partition = tmp_path / "runs" / "sweep=s-2026-12-04"
     partition.mkdir(parents=True)

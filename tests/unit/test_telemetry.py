@@ -10,6 +10,7 @@ import time
 import pytest
 
 import omni.measure.procfs as procfs
+from omni.measure.interference import InterferenceSample, steal_and_irq
 from omni.measure.procfs import (
     ThreadSchedReader,
     busy_idle,
@@ -22,7 +23,10 @@ from omni.measure.procfs import (
     read_thread_sched,
     read_threads_sched,
 )
-from omni.measure.sampler import InterferenceSample, ThreadTotals, TreeSampler, summarize_telemetry, thread_table
+from omni.measure.rapl import PowerSample, summarize_power
+from omni.measure.sampler import ThreadTotals, thread_table
+from omni.measure.sources import tree_sampler
+from omni.measure.switches import SwitchesSample, SwitchesSource, summarize_switches
 
 STAT = b"4242 (VLLM::EngineCor) R 1 4242 4242 0 -1 4194304 " + b" ".join(b"%d" % i for i in range(10, 46))
 SCHED = b"""VLLM::EngineCor (4242, #threads: 9)
@@ -112,45 +116,40 @@ def test_past_the_descriptor_cap_threads_are_still_read_by_open_and_close(monkey
     assert procfs._kept + 4 == procfs.KEPT_FDS_MAX
 
 
-def sample(t, nivcsw=0, nvcsw=0, migrations=0, steal=0.0, irq=0.0, freq=None, energy=None, minflt=0, majflt=0):
-    return InterferenceSample(
-        t,
-        "loaded",
-        {},
-        {},
-        0.0,
-        steal_s={0: steal, 1: steal},
-        irq_s={0: irq, 1: 0.0},
-        nvcsw=nvcsw,
-        nivcsw=nivcsw,
-        migrations=migrations,
-        minflt=minflt,
-        majflt=majflt,
-        energy_uj=energy or {},
-        freq_khz=freq or {},
-    )
+def stat_sample(t, steal=0.0, irq=0.0):
+    return InterferenceSample(t, "loaded", {}, {}, 0.0, steal_s={0: steal, 1: steal}, irq_s={0: irq, 1: 0.0})
 
 
 def test_telemetry_is_the_difference_over_the_window_as_shares_of_the_slot():
-    samples = [
-        sample(10.0, freq={0: 3_000_000, 1: 2_000_000}, energy={"package-0": 1_000_000}),
-        sample(12.0, 40, 500, 6, steal=0.2, irq=0.04, freq={0: 2_000_000, 1: 2_000_000}, minflt=90, majflt=1,
-               energy={"package-0": 101_000_000}),
-    ]  # fmt: skip
-    got = summarize_telemetry(samples, (0, 1))
-    assert (got.window_s, got.nivcsw, got.nvcsw, got.migrations, got.minflt, got.majflt) == (2.0, 40, 500, 6, 90, 1)
-    assert got.steal_pct == pytest.approx(10)  # 0.4 CPU-s of 4
-    assert got.irq_pct == pytest.approx(1)  # 0.04 of 4
-    assert (got.freq_mhz, got.freq_min_mhz) == (pytest.approx(2250), 2000)
-    assert got.energy_j == pytest.approx(100)
+    switches = [SwitchesSample(10.0, 0, 0, 0, 0, 0), SwitchesSample(12.0, 500, 40, 6, 90, 1)]
+    got = summarize_switches(switches)
+    assert (got.nivcsw, got.nvcsw, got.migrations, got.minflt, got.majflt) == (40, 500, 6, 90, 1)
+    steal, irq = steal_and_irq([stat_sample(10.0), stat_sample(12.0, steal=0.2, irq=0.04)], (0, 1))
+    assert steal == pytest.approx(10)  # 0.4 CPU-s of 4
+    assert irq == pytest.approx(1)  # 0.04 of 4
+    power = summarize_power(
+        [
+            PowerSample(10.0, {"package-0": 1_000_000}, {0: 3_000_000, 1: 2_000_000}),
+            PowerSample(12.0, {"package-0": 101_000_000}, {0: 2_000_000, 1: 2_000_000}),
+        ],
+        (0, 1),
+    )
+    assert power.window_s == 2.0
+    assert (power.freq_mhz, power.freq_min_mhz) == (pytest.approx(2250), 2000)
+    assert power.energy_j == pytest.approx(100)
 
 
 def test_a_wrapped_energy_counter_counts_its_range_and_no_rapl_is_none():
-    samples = [sample(0.0, energy={"package-0": 900}), sample(1.0, energy={"package-0": 100})]
-    assert summarize_telemetry(samples, (0,), wraps={"package-0": 1000}).energy_j == pytest.approx(200 / 1e6)
-    none = summarize_telemetry([sample(0.0), sample(1.0, migrations=None)], (0,))
-    assert none.energy_j is None and none.freq_mhz is None and none.migrations is None
-    assert summarize_telemetry([sample(0.0)], (0,)).window_s is None  # one sample: no window
+    samples = [PowerSample(0.0, {"package-0": 900}), PowerSample(1.0, {"package-0": 100})]
+    assert summarize_power(samples, (0,), wraps={"package-0": 1000}).energy_j == pytest.approx(200 / 1e6)
+    none = summarize_power([PowerSample(0.0), PowerSample(1.0)], (0,))
+    assert none.energy_j is None and none.freq_mhz is None
+    assert (
+        summarize_switches([SwitchesSample(0.0, 0, 0, 0, 0, 0), SwitchesSample(1.0, 0, 0, None, 0, 0)]).migrations
+        is None
+    )
+    assert summarize_power([PowerSample(0.0)], (0,)).window_s is None  # one sample: no window
+    assert steal_and_irq([stat_sample(0.0)], (0,)) == (None, None)
 
 
 def test_the_thread_table_lists_the_busiest_then_sums_the_rest():
@@ -191,7 +190,7 @@ def test_the_sampler_counts_a_busy_threads_telemetry_over_the_timed_part():
             time.sleep(0.001)  # a voluntary switch each round
 
     worker = threading.Thread(target=burn, name="burner")
-    sampler = TreeSampler(os.getpid(), cpus=tuple(sorted(os.sched_getaffinity(0)))).start()
+    sampler = tree_sampler(os.getpid(), cpus=tuple(sorted(os.sched_getaffinity(0)))).start()
     try:
         worker.start()
         sampler.mark("loaded")
@@ -201,8 +200,8 @@ def test_the_sampler_counts_a_busy_threads_telemetry_over_the_timed_part():
         stop.set()
         worker.join()
         sampler.stop()
-    got = summarize_telemetry(sampler.interference, sampler.cpus, list(sampler.threads.values()))
-    assert got.window_s and got.nvcsw > 10 and got.nivcsw >= 0 and got.minflt >= 0
-    by_tid = {t["tid"]: t for t in got.threads}
+    got = summarize_switches(sampler.source(SwitchesSource).samples)
+    assert sampler.timed_at[-1] > sampler.timed_at[0] and got.nvcsw > 10 and got.nivcsw >= 0 and got.minflt >= 0
+    by_tid = {t["tid"]: t for t in thread_table(list(sampler.tree.thread_totals.values()))}
     burner = by_tid[worker.native_id]
     assert burner["cpu_s"] > 0 and burner["nvcsw"] > 10 and burner["cpus"]
