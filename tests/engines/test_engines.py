@@ -158,8 +158,10 @@ def test_missing_model_and_unknown_env_are_invalid_rows_and_others_run(tmp_path)
 
 
 def test_env_that_fails_to_build_is_a_clear_error(tmp_path, monkeypatch):
+    from omni.envs import build
+
     monkeypatch.setitem(
-        __import__("omni.envs.build").envs.ENVS,
+        build.ENVS,
         "broken",
         EnvSpec(requirements=("omni-no-such-package-anywhere==0.0.1",)),
     )
