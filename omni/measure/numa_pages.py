@@ -3,9 +3,12 @@ memory policy it actually has and the node every resident page sits on
 (:mod:`omni.measure.mempolicy`), and once each thread's own policy.
 
 Reading numa_maps walks the page tables (about the cost of Pss), so it is
-paced by what it costs, and read right after the first phase mark (not
-before: the root may still be numactl, whose policy is not set yet) and
-right after ``steady``, the read a row trusts for memory per node.
+paced by what it costs, and read right after the first phase mark and
+right after ``steady``, the read a row trusts for memory per node. Never
+from numactl before its exec (the root of a pinned run until the engine
+starts: its policy is not set yet; a mark that lands then is read at the
+next tick), nor from a task that is exiting (``PF_EXITING``: its memory is
+being torn down).
 """
 
 from __future__ import annotations
@@ -13,10 +16,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from omni.measure.mempolicy import NumaMaps
-from omni.measure.procfs import read_numa_maps, read_thread_policy
+from omni.measure.procfs import read_numa_maps, read_task, read_thread_policy
 from omni.measure.sampler import BUDGET, TREE_PERIOD_S, Found, Pace, RunView, Source, Tree
 
 NUMA_PHASES = ("steady",)  # phase marks that trigger a numa_maps read (plus the first mark)
+# what runs before the engine in a pinned run's root: its memory policy is
+# not the engine's until it has called set_mempolicy and exec'd
+LAUNCHERS = frozenset({"numactl"})
 
 
 @dataclass
@@ -91,11 +97,21 @@ class NumaSource(Source):
         numa_maps per thread still walks the first mappings' page tables, and
         on a 70-thread vLLM tree that delayed the steady-state RSS samples."""
         for (pid, tid), thread in tree.threads_seen.items():
+            task = read_task(pid)
+            if task is None or task.exiting or task.comm in LAUNCHERS:
+                continue
             if tid != pid:  # the leader's policy is the process's, read whole by _sample_numa
                 thread.policy = read_thread_policy(pid, str(tid))
 
     def _sample_numa(self, tree: Tree) -> None:
         for pid in list(tree.pids):
+            task = read_task(pid)
+            if task is None or task.exiting:  # gone, or its memory is being torn down: not where it ran
+                continue
+            if task.comm in LAUNCHERS:  # numactl before its exec: the engine's policy is not set yet
+                if pid == tree.root_pid:
+                    self._pace.due = True  # the read this mark asked for: at the next tick, from the engine
+                continue
             maps = read_numa_maps(pid)
             if maps is None or not maps.mappings:  # gone, or a zombie with no mm
                 continue

@@ -356,6 +356,34 @@ def read_pss_anon_kib(pid: int) -> int | None:
     return None
 
 
+PF_EXITING = 0x4  # include/linux/sched.h: the task is in do_exit, its mm on the way out
+
+
+@dataclass(frozen=True)
+class Task:
+    """A process as ``/proc/PID/stat`` shows it now: its command name and
+    whether it is exiting (``PF_EXITING`` in its flags, field 9)."""
+
+    comm: str
+    exiting: bool
+
+
+def parse_task(stat: bytes) -> Task:
+    close = stat.rindex(b")")
+    comm = stat[stat.index(b"(") + 1 : close].decode(errors="replace")
+    flags = int(stat[close + 2 :].split(None, 7)[6])  # field 9, counted from 1 (3 is the first after comm)
+    return Task(comm, bool(flags & PF_EXITING))
+
+
+def read_task(pid: int) -> Task | None:
+    """:func:`parse_task` of ``/proc/PID/stat``; None when the process is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return parse_task(f.read())
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def read_numa_maps(pid: int) -> NumaMaps | None:
     """The whole ``/proc/PID/numa_maps``, reduced; ``None`` if unreadable
     (process gone, or a kernel built without CONFIG_NUMA)."""
