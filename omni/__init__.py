@@ -88,7 +88,9 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
 # The modules an engine subprocess imports (the first layer): they import the
 # standard library, these libraries of the engines, and each other only.
 ENGINE_SIDE = LAYERS[0][1]
-ENGINE_LIBRARIES = frozenset({"vllm", "torch", "llama_cpp", "gguf", "numpy"})
+ENGINE_LIBRARIES = frozenset(
+    {"vllm", "torch", "llama_cpp", "gguf", "numpy", "aiohttp"}
+)  # aiohttp: vLLM's benchmark client
 
 # Where Prefect is imported: the flows, and the fleet's reads of its hosts.
 PREFECT = ("flows", "omni.fleet.hosts")

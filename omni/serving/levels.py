@@ -19,6 +19,7 @@ a level can meet it, and below that it is "not established".
 
 from __future__ import annotations
 
+import hashlib
 import math
 import random
 import re
@@ -36,6 +37,10 @@ CLIENT_BUSY_PCT = 90.0
 # an open-loop level whose requests completed at less than this share of the
 # rate they were sent at did not hold the rate: the queue grew (saturated)
 HELD_SHARE = 0.9
+# open loop: a sent rate further from the asked one than this share, and than
+# the arrival draw itself explains (RATE_DRAW_ALPHA, two-sided), is the client's lag
+RATE_SLACK = 0.05
+RATE_DRAW_ALPHA = 0.001
 
 
 @dataclass(frozen=True)
@@ -53,6 +58,16 @@ def arm_levels(load: Mapping) -> list[Level]:
     return [Level("concurrency", float(c)) for c in load["concurrency"]] + [
         Level("rate", float(r)) for r in load["rate"]
     ]
+
+
+def workload_seed(seed: int, pass_index: int) -> int:
+    """The load generator's seed for one pass, drawn from the arm's
+    ``load.seed`` and the pass: every pass replays fresh traffic (prompts,
+    lengths, arrival gaps), so an interval over passes holds over traffic as
+    well as over the server, and the arms of one pass get the same traffic,
+    so a comparison within a pass is paired."""
+    digest = hashlib.sha256(f"omni-load:{seed}:{pass_index}".encode()).digest()
+    return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
 
 
 def level_order(levels: list[Level], seed: int, run_id: str) -> list[Level]:
@@ -217,6 +232,7 @@ def level_record(
     server_metrics: Mapping | None = None,
     warmup: int = 0,
     output_check: str | None = None,
+    burstiness: float = 1.0,
 ) -> dict:
     """The level's figures from its requests, and why it is not judged if it is not.
 
@@ -269,10 +285,33 @@ def level_record(
     record["server_prompt_tokens"] = counted
     record["output_tokens_check"] = output_check
     record["flags"] = level_flags(record)
+    if level.kind == "rate" and sent is not None and not rate_sent(sent, level.value, len(starts), burstiness):
+        record["flags"].append("rate_not_sent")
     judged = not record["flags"] or record["flags"] == ["saturated"]
     record["slo_verdict"] = slo_verdict(record, slo) if judged else None
     record["slo_met"] = {"met": True, "not_met": False}.get(record["slo_verdict"])
     return record
+
+
+def sent_rate_band(asked: float, n: int, burstiness: float = 1.0, alpha: float = RATE_DRAW_ALPHA):
+    """Where the sent rate of ``n`` arrivals at ``asked`` per second falls
+    with chance 1 - ``alpha`` when the client sends on time: the n - 1 gaps
+    of a gamma process of shape ``burstiness`` (vllm bench serve's) span
+    Gamma(k, 1) / (asked x burstiness), k = (n - 1) x burstiness, so
+    sent / asked = k / Gamma(k, 1). None below 2 arrivals."""
+    if n < 2:
+        return None
+    from scipy.stats import gamma
+
+    k = (n - 1) * burstiness
+    return asked * k / gamma.ppf(1 - alpha / 2, k), asked * k / gamma.ppf(alpha / 2, k)
+
+
+def rate_sent(sent: float, asked: float, n: int, burstiness: float = 1.0) -> bool:
+    """The client sent the rate asked: within :data:`RATE_SLACK` of it, or
+    within what the arrival draw explains (:func:`sent_rate_band`)."""
+    band = sent_rate_band(asked, n, burstiness)
+    return abs(sent / asked - 1) <= RATE_SLACK or band is None or band[0] <= sent <= band[1]
 
 
 def meets(request: Mapping, slo: Mapping) -> bool:
@@ -283,14 +322,18 @@ def meets(request: Mapping, slo: Mapping) -> bool:
 
 def level_flags(record: Mapping) -> list[str]:
     """Why a level's latencies are not judged: a request failed, the load
-    generator was CPU-bound, the server counted other prompt tokens than the
+    generator was CPU-bound or its CPU was not measured (its start and end
+    lines were not seen) or (open loop, :func:`level_record`) it sent
+    another rate than asked, the server counted other prompt tokens than the
     client sent (its tokenizer splits the text otherwise: the lengths are not
     the arm's), or (open loop) the server did not hold the rate."""
     flags = []
     if record["failed"]:
         flags.append("failed_requests")
-    busiest = max((record.get(k) or 0.0 for k in ("client_cpu_pct", "client_thread_pct")), default=0.0)
-    if busiest >= CLIENT_BUSY_PCT:
+    client = [record.get(k) for k in ("client_cpu_pct", "client_thread_pct")]
+    if all(pct is None for pct in client):
+        flags.append("client_unmeasured")  # its marks were not seen: whether it kept up is unknown, not "yes"
+    elif max(pct or 0.0 for pct in client) >= CLIENT_BUSY_PCT:
         flags.append("client_bound")
     counted, sent_tokens = record.get("server_prompt_tokens"), record.get("client_prompt_tokens")
     if counted is not None and sent_tokens and abs(counted - sent_tokens) > PROMPT_TOKENS_SLACK * sent_tokens:

@@ -28,6 +28,7 @@ from pathlib import Path
 import psutil
 
 from omni.cpulist import format_cpulist, parse_cpulist
+from omni.engines.bench_serve import CLOSE_FLAG
 from omni.engines.llamacpp import server_flags as llama_server_flags
 from omni.engines.vllm import read_head_report, read_patch_report
 from omni.host.placement import numactl_path, pin_argv
@@ -49,6 +50,7 @@ from omni.serving.levels import (
     request_records,
     run_capacity,
     served_kv_tokens,
+    workload_seed,
 )
 
 HOST = "127.0.0.1"
@@ -195,7 +197,7 @@ def client_argv(item: PlanItem, res, level: Level, base_url: str, result: Path) 
     arm = item.arm
     flags = client_flags(
         level,
-        arm.load.model_dump(),
+        {**arm.load.model_dump(), "seed": workload_seed(arm.load.seed, item.pass_index)},
         prompt_len=arm.prompt_len,
         max_tokens=arm.max_tokens,
         model=arm.name,
@@ -203,7 +205,9 @@ def client_argv(item: PlanItem, res, level: Level, base_url: str, result: Path) 
         base_url=base_url,
     )
     module = [res.client_python, "-m", "omni.engines.bench_serve"]
-    return [*module, *flags, "--result-dir", str(result.parent), "--result-filename", result.name]
+    # llama-server closes each streamed response's connection: a connection per request (bench_serve's docstring)
+    own = [CLOSE_FLAG] if arm.engine == "llamacpp" else []
+    return [*module, *own, *flags, "--result-dir", str(result.parent), "--result-filename", result.name]
 
 
 def planned_commands(
@@ -286,6 +290,7 @@ def run_serving(item: PlanItem, res, row: dict, workdir: Path, payload: dict, ti
     env = engine_env(item)
     load = item.arm.load.model_dump()
     levels = level_order(arm_levels(load), seed, item.run_id)
+    row["load_seed"] = workload_seed(load["seed"], item.pass_index)  # client_argv's
     records, requests = [], []
     BOARD.phase(item.run_id, "starting the server")
     with EngineProcess(argv, env, item.run_id, workdir / "engine.log", item.slot.cpus) as proc:
@@ -310,7 +315,16 @@ def run_serving(item: PlanItem, res, row: dict, workdir: Path, payload: dict, ti
                     )
                     cpu = watch.cpu(len(item.slot.client))
                     record = level_record(
-                        level, order, detailed, reqs, load["slo"], cpu, server_metrics, load["warmup"], check
+                        level,
+                        order,
+                        detailed,
+                        reqs,
+                        load["slo"],
+                        cpu,
+                        server_metrics,
+                        load["warmup"],
+                        check,
+                        load["burstiness"],
                     )
                     record["server_metrics"] = json.dumps(server_metrics, sort_keys=True)
                     records.append(record)

@@ -210,7 +210,8 @@ class LoadRequest(SpecModel):
     """``load:``: the arm runs as an OpenAI-compatible server in its slot and
     a load generator (``vllm bench serve``) in the slot's client CPUs drives
     it through these levels, in an order the sweep's seed shuffles per run
-    (``seed`` here draws the generator's prompts and lengths).
+    (each pass's load generator seed is drawn from ``seed`` and the pass:
+    fresh prompts, lengths and arrivals every pass, the same for the arms of one).
 
     ``concurrency``: closed-loop levels, requests in flight
     (``--max-concurrency``); ``rate``: open-loop levels in requests/s, arrivals
@@ -223,11 +224,28 @@ class LoadRequest(SpecModel):
     concurrency: list[int] = []
     rate: list[float] = []
     burstiness: float = Field(1.0, gt=0)
-    requests: int = Field(32, ge=1, le=100000)  # measured requests per level
+    # measured requests per level; unset: the fewest that bound the SLO's
+    # percentile at 95 % (5 for p50, 29 for p90, 299 for p99)
+    requests: int = Field(ge=1, le=100000)
     warmup: int = Field(2, ge=0, le=1000)  # requests per level before them, not measured
     range_ratio: float = Field(0.0, ge=0, lt=1)
-    seed: int = Field(0, ge=0, le=2**31 - 1)  # of the generator's prompts and lengths
+    seed: int = Field(0, ge=0, le=2**31 - 1)  # the passes' seeds are drawn from it (workload_seed)
     slo: Slo = Slo()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _requests_for_the_percentile(cls, data: Any) -> Any:
+        """``requests`` left out: as many as bound the SLO's percentile, so a
+        default level can say whether it meets its SLO."""
+        if not isinstance(data, dict) or "requests" in data:
+            return data
+        slo = data.get("slo")
+        percentile = (slo.get("percentile", 99) if isinstance(slo, dict) else getattr(slo, "percentile", 99)) or 99
+        if percentile not in (50, 90, 99):
+            percentile = 99  # Slo says what is wrong with it; nothing more to say here
+        from omni.stats.quantiles import min_samples  # scipy: only for a spec that needs it
+
+        return {**data, "requests": min_samples(percentile / 100)}
 
     @field_validator("concurrency")
     @classmethod

@@ -255,4 +255,11 @@ SERVING: tuple[Column, ...] = declare(
         JSON,
     ),
     ("slo", STR, None, "the serving arm's SLO: ttft_ms, tpot_ms at percentile, JSON object (v11)", JSON),
+    (
+        "load_seed",
+        I64,
+        None,
+        "serving: the load generator's seed this run (its prompts, lengths and arrival gaps), drawn from the "
+        "arm's load.seed and the pass: every pass fresh traffic, the arms of one pass the same (v15)",
+    ),
 )

@@ -110,6 +110,13 @@ def _v13_to_v14(table: pa.Table) -> pa.Table:
     return table
 
 
+def _v14_to_v15(table: pa.Table) -> pa.Table:
+    """v15 added a serving run's load generator seed (load_seed): every pass
+    then draws its own traffic. Before, every run replayed the arm's
+    load.seed, which its spec copy holds; the column is null."""
+    return table
+
+
 UPGRADES: dict[int, Callable[[pa.Table], pa.Table]] = {
     1: _v1_to_v2,
     2: _v2_to_v3,
@@ -124,6 +131,7 @@ UPGRADES: dict[int, Callable[[pa.Table], pa.Table]] = {
     11: _v11_to_v12,
     12: _v12_to_v13,
     13: _v13_to_v14,
+    14: _v14_to_v15,
 }
 
 

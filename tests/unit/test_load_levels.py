@@ -3,6 +3,7 @@ generator's flags, what a level stores and flags, and capacity under the SLO."""
 
 import math
 
+import numpy as np
 import pytest
 
 from omni.cpulist import format_cpulist
@@ -26,6 +27,8 @@ from omni.serving.levels import (
     slo_verdict,
 )
 from omni.spec import validate_sweep
+from omni.spec.arm import LoadRequest
+from omni.stats.quantiles import upper_rank
 from tests.conftest import xeon_8480c_2s
 
 SLO = {"ttft_ms": 2000.0, "tpot_ms": 100.0, "percentile": 99}
@@ -42,6 +45,7 @@ def test_a_serving_arm_gets_levels_ascending_and_a_stated_slo():
     load = sweep.arms[0].load
     assert load.concurrency == [1, 4] and load.rate == []
     assert (load.slo.ttft_ms, load.slo.tpot_ms, load.slo.percentile) == (2000.0, 100.0, 99)
+    assert load.requests == 299  # the default request count bounds the default percentile at 95 %
     assert [lv.key for lv in arm_levels(load.model_dump())] == ["c=1", "c=4"]
 
 
@@ -152,6 +156,23 @@ def test_failed_requests_and_a_busy_client_leave_a_level_unjudged():
     assert record["failed"] == 1 and record["flags"] == ["failed_requests"] and record["slo_met"] is None
     busy = level_record(level, 0, detailed(), request_records(level, detailed()), SLO, {"client_thread_pct": 97.0})
     assert busy["flags"] == ["client_bound"] and busy["slo_met"] is None
+
+
+def test_a_level_whose_client_cpu_was_not_seen_is_flagged_not_taken_as_idle():
+    """Missing start/end marks of the load generator (its output changed, or it
+    died early) leave its CPU unknown: the level is not judged, as a busy one."""
+    level = Level("concurrency", 2)
+    unseen = level_record(
+        level,
+        0,
+        detailed(),
+        request_records(level, detailed()),
+        SLO,
+        {"client_cpu_pct": None, "client_thread_pct": None},
+    )
+    assert unseen["flags"] == ["client_unmeasured"] and unseen["slo_verdict"] is None
+    one = level_record(level, 0, detailed(), request_records(level, detailed()), SLO, {"client_thread_pct": 12.0})
+    assert one["flags"] == []
 
 
 def test_a_rate_the_server_cannot_hold_is_saturated_and_fails_its_slo():
@@ -302,3 +323,100 @@ def test_output_tokens_the_client_miscounted_are_recounted_from_the_server_or_fl
     assert flagged["flags"] == ["output_tokens_mismatch"]
     agree = {"vllm:generation_tokens_total": {"change": 6 * 16}}
     assert reconcile_output_tokens(request_records(level, detailed(n=4, out=16)), agree, 2, 16, 0.0) is None
+
+
+@pytest.mark.parametrize("percentile", [50, 90, 99])
+def test_a_level_left_without_requests_gets_as_many_as_bound_its_slos_percentile(percentile):
+    """Fewer would leave every default level "not established"; more is not needed."""
+    arm = {"name": "s", "engine": "vllm", "model": "tiny-llama"}
+    arm["load"] = {"concurrency": [1], "slo": {"percentile": percentile}}
+    n = validate_sweep({"name": "serve", "slots": {"cores": 1, "client_cores": 1}, "arms": [arm]}).arms[0].load.requests
+    q = percentile / 100
+    assert upper_rank(n, q) is not None and upper_rank(n - 1, q) is None
+    arm["load"]["requests"] = 16  # a count given stays, and what it cannot bound is said per level
+    assert (
+        validate_sweep({"name": "serve", "slots": {"cores": 1, "client_cores": 1}, "arms": [arm]}).arms[0].load.requests
+        == 16
+    )
+
+
+def test_every_pass_draws_its_own_traffic_and_the_arms_of_a_pass_share_it(tmp_path):
+    """The load generator's seed follows the pass, not the arm's fixed
+    load.seed alone: passes replay different prompts and arrivals, and two
+    arms of one pass the same ones."""
+    from types import SimpleNamespace
+
+    from omni.serving.levels import workload_seed
+    from omni.serving.run import client_argv
+
+    arms = [
+        {"name": name, "engine": "vllm", "model": "tiny-llama", "load": {"rate": [1], "requests": 8, "seed": 5}}
+        for name in ("a", "b")
+    ]
+    sweep = validate_sweep({"name": "serve", "slots": {"cores": 1, "client_cores": 1}, "arms": arms})
+    res = SimpleNamespace(client_python="python", tokenizer_path="/t")
+
+    def seed(arm, pass_index):
+        argv = client_argv(
+            SimpleNamespace(arm=arm, pass_index=pass_index), res, Level("rate", 1.0), "http://h:1", tmp_path / "r.json"
+        )
+        return int(argv[argv.index("--seed") + 1])
+
+    a, b = (arm for arm in sweep.arms if arm.name in ("a", "b"))
+    per_pass = [seed(a, p) for p in range(50)]
+    assert len(set(per_pass)) == 50 and per_pass == [workload_seed(5, p) for p in range(50)]
+    assert [seed(b, p) for p in range(50)] == per_pass
+    assert all(0 <= s < 2**31 for s in per_pass) and workload_seed(6, 0) != workload_seed(5, 0)
+
+
+def test_a_llama_server_level_gives_each_request_a_connection_of_its_own(tmp_path, monkeypatch):
+    """llama-server closes every streamed response's connection: the load
+    generator must not reuse one (bench_serve's --close-connections); vLLM's
+    server keeps them alive, and its client reuses them as vllm bench serve does."""
+    import asyncio
+    from types import SimpleNamespace
+
+    import aiohttp
+
+    from omni.engines import bench_serve
+    from omni.serving.run import client_argv
+
+    res = SimpleNamespace(client_python="python", tokenizer_path="/t")
+    for engine, closes in (("llamacpp", True), ("vllm", False)):
+        arm = SimpleNamespace(
+            engine=engine, name="s", prompt_len=8, max_tokens=4, load=LoadRequest(concurrency=[1], requests=4)
+        )
+        argv = client_argv(
+            SimpleNamespace(arm=arm, pass_index=0), res, Level("concurrency", 1), "http://h:1", tmp_path / "r"
+        )
+        assert (bench_serve.CLOSE_FLAG in argv) is closes
+
+    monkeypatch.setattr(aiohttp, "TCPConnector", aiohttp.TCPConnector)  # restored after the test
+
+    async def made_as_vllm_makes_it():
+        connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=60, force_close=False)
+        await connector.close()
+        return connector.force_close
+
+    assert asyncio.run(made_as_vllm_makes_it()) is False
+    bench_serve.close_every_connection()
+    assert asyncio.run(made_as_vllm_makes_it()) is True
+
+
+@pytest.mark.parametrize("n, burstiness", [(5, 1.0), (29, 1.0), (299, 1.0), (50, 0.5), (50, 3.0)])
+def test_a_client_that_sends_on_time_is_flagged_for_its_rate_at_most_as_often_as_stated(n, burstiness):
+    """vllm bench serve's arrivals (gamma gaps of shape ``burstiness``) drawn
+    20,000 times: the sent rate alone leaves the band at most RATE_DRAW_ALPHA
+    of the time (the band is exact; seeded, so the test cannot flake); a
+    client that lags by a third is flagged whenever the requests are enough
+    to tell (299: every time)."""
+    from omni.serving.levels import RATE_DRAW_ALPHA, rate_sent
+
+    rng = np.random.default_rng(n * 10 + int(burstiness * 10))
+    asked, draws = 2.0, 20_000
+    gaps = rng.gamma(burstiness, 1 / (asked * burstiness), size=(draws, n - 1))
+    sent = (n - 1) / gaps.sum(axis=1)
+    flagged = sum(not rate_sent(s, asked, n, burstiness) for s in sent)
+    assert flagged <= 2 * RATE_DRAW_ALPHA * draws  # expected <= 20; 40 is > 4 sd above
+    if n == 299:
+        assert all(not rate_sent(s * 2 / 3, asked, n, burstiness) for s in sent[:1000])

@@ -14,6 +14,7 @@ from omni.store import layout, reading, writing
 
 SLO = {"ttft_ms": 100.0, "tpot_ms": 100.0, "percentile": 99}
 SWEEP = "s-serve"
+CLIENT = {"client_cpu_pct": 20.0, "client_thread_pct": 30.0}  # a load generator that kept up
 
 
 def detailed(n: int, ttft_s: float) -> dict:
@@ -45,7 +46,7 @@ def store_serving_sweep(results, arms: dict[str, int]) -> None:
             for order, (value, ttft_s) in enumerate([(1, 0.05), (4, 0.09)]):
                 level = Level("concurrency", value)
                 data = detailed(requests, ttft_s * (1 + 0.04 * pass_index))
-                record = level_record(level, order, data, request_records(level, data), SLO, {})
+                record = level_record(level, order, data, request_records(level, data), SLO, CLIENT)
                 records.append({**record, "server_metrics": "{}"})
             capacity = run_capacity(records, "concurrency", SLO)
             row = {
