@@ -227,13 +227,17 @@ def session_guard():
 def flow_on(prepared, server, live: bool) -> dict:
     """The sweep flow on a prepared sweep, in this process, under the Prefect
     API ``server`` (None: PREFECT_API_URL's), with live progress per slot or
-    none; the flow's summary. The flow is given the request alone and
-    prepares the sweep again from it (milliseconds; the same plan, as the
-    sweep id is in the request), so its run record holds all it ran from."""
+    none; the flow's summary. The flow is given the request alone, with the
+    prepared runs' ids in it, and prepares the sweep again from it
+    (milliseconds; the same plan and runs), so its run record holds all it
+    ran from."""
     from flows.sweep import sweep as sweep_flow
 
+    request = prepared.request
+    if not prepared.fleet:  # the runs shown are the runs run, whatever another process stores meanwhile
+        request = request.model_copy(update={"run_ids": tuple(item.run_id for item in prepared.items)})
     with session_guard(), prefect_api(server):
-        return with_progress(prepared, live, lambda: call_flow(sweep_flow, **prepared.request.flow_parameters()))
+        return with_progress(prepared, live, lambda: call_flow(sweep_flow, **request.flow_parameters()))
 
 
 def run_sweep_flow(prepared, server) -> None:

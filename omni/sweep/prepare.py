@@ -223,7 +223,11 @@ def prepare_sweep(request: SweepRequest, *, shard: Shard | None = None) -> Prepa
             )
         items = [item for item in items if item.run_id in asked_ids]
     planned = len(items)
-    if request.resume:
+    if shard is None and request.run_ids is not None:
+        # the runs the CLI prepared, whatever another process stored since: those become skipped outcomes
+        chosen = set(request.run_ids)
+        items = [item for item in items if item.run_id in chosen]
+    elif request.resume:
         stored = stored_run_ids(results, sweep_id)
         # each run keeps its planned slot: the arms' rotation over slots stays balanced
         items = [item for item in items if item.run_id not in stored]

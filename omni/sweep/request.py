@@ -90,6 +90,11 @@ class SweepRequest(BaseModel):
         False, description="end Failed when this sweep regressed against the earlier sweeps of its spec"
     )
     note: str | None = Field(None, max_length=1000, description="free text recorded in every row of the sweep")
+    run_ids: tuple[str, ...] | None = Field(
+        None,
+        description="only these runs of the plan, as omni sweep prepared them (none: every run not stored yet); "
+        "a run another process holds or has stored meanwhile is skipped, not dropped from the outcomes",
+    )
     # omni sweep's own: how it shows the sweep. Excluded: never flow parameters.
     dry_run: bool = Field(False, exclude=True, description="print the plan and run nothing")
     quiet: bool = Field(False, exclude=True, description="no live progress and no tables")
@@ -136,10 +141,6 @@ class SweepRequest(BaseModel):
     def flow_parameters(self) -> dict[str, Any]:
         """The request as the sweep flow's parameters (JSON values)."""
         return self.model_dump(mode="json")
-
-    def same_sweep(self, other: SweepRequest) -> bool:
-        """Both ask the flow for the same sweep (omni sweep's own fields aside)."""
-        return self.flow_parameters() == other.flow_parameters()
 
     def with_sweep_id(self, sweep_id: str) -> SweepRequest:
         return self.model_copy(update={"sweep_id": sweep_id})
