@@ -96,11 +96,14 @@ class NumaSource(Source):
         (``set_mempolicy`` is per thread). Not in the tree refresh: a few KiB of
         numa_maps per thread still walks the first mappings' page tables, and
         on a 70-thread vLLM tree that delayed the steady-state RSS samples."""
+        engine: dict[int, bool] = {}  # each process's stat read once, not once per thread
         for (pid, tid), thread in tree.threads_seen.items():
-            task = read_task(pid)
-            if task is None or task.exiting or task.comm in LAUNCHERS:
+            if tid == pid:  # the leader's policy is the process's, read whole by _sample_numa
                 continue
-            if tid != pid:  # the leader's policy is the process's, read whole by _sample_numa
+            if pid not in engine:
+                task = read_task(pid)
+                engine[pid] = task is not None and not task.exiting and task.comm not in LAUNCHERS
+            if engine[pid]:
                 thread.policy = read_thread_policy(pid, str(tid))
 
     def _sample_numa(self, tree: Tree) -> None:
