@@ -53,6 +53,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "omni.measure.audit",
             "omni.measure.kv",
             "omni.serving.levels",
+            "omni.serving.server_metrics",
+            "omni.serving.slo",
             "omni.report.units",
         ),
     ),

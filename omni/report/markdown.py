@@ -265,7 +265,7 @@ BOUND_TEXT = {
     "not_established": "not established (too few requests a level to bound the SLO's percentile at 95 %)",
 }
 LEVEL_COLUMNS = (("output_tok_s", "output tok/s"), ("ttft_p99_ms", "TTFT p99 ms"), ("tpot_p99_ms", "TPOT p99 ms"))
-# what a level's p99 is, and on what its SLO is judged (omni.serving.levels.slo_verdict)
+# what a level's p99 is, and on what its SLO is judged (omni.serving.slo.slo_verdict)
 P99_NOTE = (
     "p99: each run's interpolated 99th percentile of its level's requests, as `vllm bench serve` states it. "
     "SLO, per run: met only where the 95 % upper bound of the SLO's percentile (an order statistic of the "

@@ -29,7 +29,7 @@ from omni.measure.sources import tree_sampler
 from omni.run.plan import PlanItem
 from omni.run.progress import BOARD
 from omni.run.reaper import RUN_ID_VAR, Watchdog, reap_run, wait_for_exit
-from omni.serving.levels import KV_MARKERS
+from omni.serving.server_metrics import KV_MARKERS
 
 STDERR_TAIL_LINES = 60
 # "ValueError: No available memory for the cache blocks. Try ..."

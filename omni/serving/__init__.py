@@ -1,7 +1,8 @@
 """Serving arms: the engine as a server in its slot under load.
 
-A load level's flags, figures and capacity under the SLO (``levels``, facts
-layer); one serving run, its server, its pinned load generator and its
+A load level's flags and figures (``levels``), the SLO's verdict and a
+run's capacity (``slo``), what the server reports (``server_metrics``), all
+facts layer; one serving run, its server, its pinned load generator and its
 ``/metrics`` (``run``, run layer); the per-level verdicts and capacity of a
 sweep's serving arms (``summary``, sweep layer). What runs inside the engine
 env (vLLM's server, ``vllm bench serve``) is in :mod:`omni.engines`.

@@ -20,14 +20,14 @@ a level can meet it, and below that it is "not established".
 from __future__ import annotations
 
 import hashlib
-import math
 import random
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from omni.serving.server_metrics import GENERATION_COUNTERS, server_prompt_tokens
+from omni.serving.slo import slo_verdict
 from omni.stats.quantiles import percentile_bound
 
 PERCENTILES = (50, 90, 99)
@@ -168,9 +168,6 @@ def request_records(level: Level, detailed: Mapping) -> list[dict]:
     return records
 
 
-GENERATION_COUNTERS = ("vllm:generation_tokens_total", "llamacpp:tokens_predicted_total")
-
-
 def reconcile_output_tokens(
     requests: list[dict], server_metrics: Mapping, warmup: int, max_tokens: int, range_ratio: float
 ) -> str | None:
@@ -209,17 +206,8 @@ def _at(detailed: Mapping, key: str, i: int):
     return values[i] if i < len(values) else None
 
 
-PROMPT_COUNTERS = ("vllm:prompt_tokens_total", "llamacpp:prompt_tokens_total")
 # the server's prompt tokens over a level may differ from the client's count by this share
 PROMPT_TOKENS_SLACK = 0.01
-
-
-def server_prompt_tokens(server_metrics: Mapping) -> float | None:
-    """Prompt tokens the server counted over the level (its counter's change)."""
-    for name in PROMPT_COUNTERS:
-        if name in server_metrics:
-            return server_metrics[name]["change"]
-    return None
 
 
 def level_record(
@@ -344,162 +332,3 @@ def level_flags(record: Mapping) -> list[str]:
     if record["load_kind"] == "rate" and sent and held is not None and held < HELD_SHARE * sent:
         flags.append("saturated")
     return flags
-
-
-def slo_margin(record: Mapping, slo: Mapping, upper: bool = False) -> float | None:
-    """How far the level is from its SLO at the SLO's percentile: the larger
-    of TTFT/limit and TPOT/limit (<= 1 meets it), on the point estimates or
-    (``upper``) on their 95 % upper bounds; None where there is none (for the
-    bounds: too few requests)."""
-    q = slo["percentile"]
-    kind = "upper95_ms" if upper else "ms"
-    ttft, tpot = record.get(f"ttft_p{q}_{kind}"), record.get(f"tpot_p{q}_{kind}")
-    if ttft is None or (upper and tpot is None and record.get("tpot_samples")):
-        return None  # no TPOT at all (one-token answers) weighs nothing; an unbounded one is unknown
-    return max(ttft / slo["ttft_ms"], (tpot or 0.0) / slo["tpot_ms"])
-
-
-def slo_verdict(record: Mapping, slo: Mapping) -> str | None:
-    """``met``: the 95 % upper bounds of TTFT and TPOT at the SLO's
-    percentile are within its limits; ``not_met``: a point estimate is over
-    its limit, or (open loop) the level saturated; ``not_established``:
-    neither, because the requests are too few to bound the percentile (p99
-    needs 299) or a bound is over its limit. The point estimate alone never
-    meets an SLO: from 32 requests the true p99 lies above all of them 72 %
-    of the time. None: no request to judge."""
-    if "saturated" in (record.get("flags") or []):
-        return "not_met"  # the queue grew: no latency percentile of it holds for longer
-    point = slo_margin(record, slo)
-    if point is None:
-        return None
-    if point > 1.0:
-        return "not_met"
-    bound = slo_margin(record, slo, upper=True)
-    return "met" if bound is not None and bound <= 1.0 else "not_established"
-
-
-@dataclass(frozen=True)
-class Capacity:
-    """The highest load of one kind a run held within its SLO: ``value``
-    where it crossed between two levels, or a bound (``above`` the highest
-    level, ``below`` the lowest), or ``unknown`` (a level it needed was not
-    judged), or ``not_established`` (a level it needed had too few requests
-    to bound the SLO's percentile)."""
-
-    kind: str
-    value: float | None
-    bound: str | None = None  # "above", "below", "unknown", "not_established"
-
-
-def run_capacity(records: list[Mapping], kind: str, slo: Mapping) -> Capacity | None:
-    """Capacity of one run on one kind of level, from its levels ascending
-    and their :func:`slo_verdict`.
-
-    Between the last level that met the SLO and the first that did not,
-    log(margin) on the 95 % upper bounds is interpolated linearly in the
-    load: the load at which the bound reaches the limit. A level fails when
-    it is ``not_met`` (a saturated open-loop level among them: it did not
-    hold the rate) or when its bound is over a limit; a level whose requests
-    cannot bound the percentile, or that was not judged, stops the search.
-    """
-    levels = sorted((r for r in records if r["load_kind"] == kind), key=lambda r: r["load_value"])
-    if not levels:
-        return None
-    last_ok = None
-    for record in levels:
-        verdict = record.get("slo_verdict")
-        if verdict == "met":
-            last_ok = record
-            continue
-        if verdict is None:
-            return Capacity(kind, None, "unknown")
-        if verdict == "not_established" and slo_margin(record, slo, upper=True) is None:
-            return Capacity(kind, None, "not_established")
-        if last_ok is None:
-            return Capacity(kind, None, "below")
-        return Capacity(kind, _crossing(last_ok, record, slo))
-    return Capacity(kind, None, "above")
-
-
-def _crossing(ok: Mapping, failed: Mapping, slo: Mapping) -> float:
-    low, high = ok["load_value"], failed["load_value"]
-    m_low, m_high = slo_margin(ok, slo, upper=True), slo_margin(failed, slo, upper=True)
-    if m_low is None or m_high is None or m_low <= 0 or m_high <= 1.0 or m_high <= m_low:
-        return low  # no bound to interpolate on (saturated, or too few requests): the last level that held
-    share = (0.0 - math.log(m_low)) / (math.log(m_high) - math.log(m_low))
-    return low + (high - low) * min(max(share, 0.0), 1.0)
-
-
-def metrics_summary(samples: list[tuple[float, dict[str, float]]]) -> dict[str, dict[str, float]]:
-    """A level's server metrics scraped from ``/metrics`` (time, name -> value):
-    per metric its mean, max, last-first change (a counter's increase) and
-    ``n``, the scrapes it was in. A gauge is sampled: its max is the highest
-    seen at a scrape, not the highest reached between them."""
-    names = sorted({n for _, values in samples for n in values})
-    out = {}
-    for name in names:
-        seen = [values[name] for _, values in samples if name in values]
-        out[name] = {
-            "mean": float(np.mean(seen)),
-            "max": float(max(seen)),
-            "change": float(seen[-1] - seen[0]),
-            "n": len(seen),
-        }
-    return out
-
-
-# the server gauges and counters kept per level (the rest of /metrics is not stored)
-KEPT_METRICS = (
-    "vllm:num_requests_running",
-    "vllm:num_requests_waiting",
-    "vllm:kv_cache_usage_perc",
-    "vllm:num_preemptions_total",
-    "vllm:prompt_tokens_total",
-    "vllm:generation_tokens_total",
-    "llamacpp:requests_processing",
-    "llamacpp:requests_deferred",
-    "llamacpp:kv_cache_usage_ratio",
-    "llamacpp:kv_cache_tokens",
-    "llamacpp:n_busy_slots_per_decode",
-    "llamacpp:prompt_tokens_total",
-    "llamacpp:tokens_predicted_total",
-)
-
-
-def parse_metrics(text: str) -> dict[str, float]:
-    """The kept metrics of one ``/metrics`` scrape (Prometheus text format),
-    summed over their label sets."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    found: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name in KEPT_METRICS and not math.isnan(sample.value):
-                found[sample.name] = found.get(sample.name, 0.0) + float(sample.value)
-    return found
-
-
-# The lines in which a server says how many tokens of KV it allocated: vLLM's
-# "CPU KV cache size: 1,152 tokens, ...", llama-server's "n_slots = 4,
-# n_ctx_slot = 256" (its KV cells: slots x context per slot)
-KV_MARKERS = ("KV cache size: ", "n_ctx_slot = ")
-_VLLM_KV = re.compile(r"KV cache size: ([\d,]+) tokens")
-_LLAMA_KV = re.compile(r"n_slots = (\d+), n_ctx_slot = (\d+)")
-
-
-def served_kv_tokens(lines: Sequence[str]) -> int | None:
-    """Tokens of KV the server allocated, from its log lines (the last said)."""
-    found = None
-    for line in lines:
-        if m := _VLLM_KV.search(line):
-            found = int(m[1].replace(",", ""))
-        elif m := _LLAMA_KV.search(line):
-            found = int(m[1]) * int(m[2])
-    return found
-
-
-def kv_bytes_per_token(hf_config: Mapping) -> int:
-    """K and V of every layer for one token at 16 bits, both servers' KV type here."""
-    heads = hf_config["num_attention_heads"]
-    head_dim = hf_config.get("head_dim") or hf_config["hidden_size"] // heads
-    return 2 * hf_config["num_hidden_layers"] * hf_config.get("num_key_value_heads", heads) * head_dim * 2

@@ -41,17 +41,14 @@ from omni.serving.levels import (
     Level,
     arm_levels,
     client_flags,
-    kv_bytes_per_token,
     level_order,
     level_record,
-    metrics_summary,
-    parse_metrics,
     reconcile_output_tokens,
     request_records,
-    run_capacity,
-    served_kv_tokens,
     workload_seed,
 )
+from omni.serving.server_metrics import kv_bytes_per_token, metrics_summary, parse_metrics, served_kv_tokens
+from omni.serving.slo import run_capacity
 
 HOST = "127.0.0.1"
 HEALTH_POLL_S = 0.25

@@ -40,7 +40,7 @@ SLO_VERDICT_TEXT = {"met": "met", "not_met": "not met", "not_established": "not 
 @dataclass(frozen=True)
 class LevelSlo:
     """The SLO at one level of one arm: each run's verdict
-    (:func:`omni.serving.levels.slo_verdict`; a level not judged has none), and
+    (:func:`omni.serving.slo.slo_verdict`; a level not judged has none), and
     the fewest requests a run's level judged it on, which bound the SLO's
     ``percentile`` at 95 % or do not."""
 

@@ -55,7 +55,7 @@ METRICS: tuple[Column, ...] = declare(
         F64,
         "requests",
         "serving: requests in flight the server held within its SLO, interpolated between levels "
-        "(omni.serving.levels.run_capacity); null when beyond the levels tried or not established "
+        "(omni.serving.slo.run_capacity); null when beyond the levels tried or not established "
         "(capacity_bounds) (v11; since v13 the SLO is judged on its percentile's 95 % upper bound, "
         "before on the point estimate)",
         HIGHER,

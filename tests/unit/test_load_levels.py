@@ -10,22 +10,16 @@ from omni.cpulist import format_cpulist
 from omni.errors import OmniError, SpecError
 from omni.host.topology import allocate_slots, read_topology
 from omni.serving.levels import (
-    Capacity,
     Level,
     arm_levels,
     client_flags,
-    kv_bytes_per_token,
     level_order,
     level_record,
-    metrics_summary,
-    parse_metrics,
     reconcile_output_tokens,
     request_records,
-    run_capacity,
-    served_kv_tokens,
-    slo_margin,
-    slo_verdict,
 )
+from omni.serving.server_metrics import kv_bytes_per_token, metrics_summary, parse_metrics, served_kv_tokens
+from omni.serving.slo import Capacity, run_capacity, slo_margin, slo_verdict
 from omni.spec import validate_sweep
 from omni.spec.arm import LoadRequest
 from omni.stats.quantiles import upper_rank

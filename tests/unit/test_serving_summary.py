@@ -8,7 +8,8 @@ import json
 
 import pytest
 
-from omni.serving.levels import Level, level_record, request_records, run_capacity
+from omni.serving.levels import Level, level_record, request_records
+from omni.serving.slo import run_capacity
 from omni.serving.summary import LevelSlo, serving_summary
 from omni.store import layout, reading, writing
 
