@@ -275,6 +275,24 @@ def run_level(
     return detailed, metrics_summary(scraper.samples), watch, binding or None
 
 
+def measure_level(
+    item: PlanItem, res, server: EngineProcess, level: Level, order: int, base_url: str, workdir: Path, timeout_s: float
+) -> tuple[dict, list[dict], str | None]:
+    """One level run and judged: its record (:func:`level_record`), its
+    requests, and the load generator's binding problem if it had one."""
+    load = item.arm.load.model_dump()
+    BOARD.phase(item.run_id, f"level {level.key}")
+    detailed, server_metrics, watch, binding = run_level(item, res, server, level, base_url, workdir, timeout_s)
+    reqs = request_records(level, detailed)
+    check = reconcile_output_tokens(reqs, server_metrics, load["warmup"], item.arm.max_tokens, load["range_ratio"])
+    cpu = watch.cpu(len(item.slot.client))
+    record = level_record(
+        level, order, detailed, reqs, load["slo"], cpu, server_metrics, load["warmup"], check, load["burstiness"]
+    )
+    record["server_metrics"] = json.dumps(server_metrics, sort_keys=True)
+    return record, reqs, binding
+
+
 def run_serving(item: PlanItem, res, row: dict, workdir: Path, payload: dict, timeout_s: float, seed: int = 0):
     """Start the server, take it through the levels, stop it; fills ``row``
     and returns the EngineProcess (for the binding check) and how it was pinned."""
@@ -300,30 +318,9 @@ def run_serving(item: PlanItem, res, row: dict, workdir: Path, payload: dict, ti
                 row["load_s"] = time.monotonic() - proc.started
                 proc.sampler.mark("loaded")
                 for order, level in enumerate(levels):
-                    BOARD.phase(item.run_id, f"level {level.key}")
-                    detailed, server_metrics, watch, binding = run_level(
-                        item, res, proc, level, base_url, workdir, timeout_s
-                    )
+                    record, reqs, binding = measure_level(item, res, proc, level, order, base_url, workdir, timeout_s)
                     if binding:
                         row.update(status="invalid", error=binding)
-                    reqs = request_records(level, detailed)
-                    check = reconcile_output_tokens(
-                        reqs, server_metrics, load["warmup"], item.arm.max_tokens, load["range_ratio"]
-                    )
-                    cpu = watch.cpu(len(item.slot.client))
-                    record = level_record(
-                        level,
-                        order,
-                        detailed,
-                        reqs,
-                        load["slo"],
-                        cpu,
-                        server_metrics,
-                        load["warmup"],
-                        check,
-                        load["burstiness"],
-                    )
-                    record["server_metrics"] = json.dumps(server_metrics, sort_keys=True)
                     records.append(record)
                     requests += reqs
                 proc.sampler.mark("steady")
