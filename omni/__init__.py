@@ -55,6 +55,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "omni.serving.levels",
             "omni.serving.server_metrics",
             "omni.serving.slo",
+            "omni.serving.window",
+            "omni.serving.search",
             "omni.report.units",
         ),
     ),

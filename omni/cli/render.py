@@ -175,6 +175,10 @@ def plan(prepared, rows: Sequence[Mapping]) -> str:
         env = " ".join(f"{k}={v}" for k, v in p["env"].items())
         lines.append(f"    {env} {p['command']}")
         lines += [f"    then, load generator: {c}" for c in p.get("client_commands") or []]
+        if p.get("search"):
+            lines.append(
+                f"    then, the search's next levels (up to {p['search']} in all), each chosen from what it measured"
+            )
     return "\n".join(lines)
 
 

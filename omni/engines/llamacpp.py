@@ -449,59 +449,6 @@ def head_report(path: Path) -> dict:
     }
 
 
-def http_threads(arm: dict) -> int:
-    """llama-server's fixed HTTP threads: one per request a level keeps in
-    flight (32 at least, for open-loop levels), and 4 for /health, /metrics
-    and the warm-up. A connection beyond them gets a thread that closes it
-    after one request, and a client that reuses it fails writing its next
-    request ("Can not write request body")."""
-    load = arm.get("load") or {}
-    return max([*load.get("concurrency", []), arm["batch_size"], 32]) + 4
-
-
-def server_flags(arm: dict) -> list[str]:
-    """llama-server's flags for a serving arm, set as :func:`new_context` sets
-    the offline engine's context: ``batch_size`` sequences (slots) of
-    ``context_len`` each, the same batch sizes and threads, mmap and repack
-    as the arm says, no prompt cache (each request is prefilled, as vLLM's
-    with prefix caching off), Prometheus metrics on, no web UI."""
-    params, batch = arm["params"], arm["batch_size"]
-    per_seq = arm.get("context_len") or arm["prompt_len"] + arm["max_tokens"]
-    threads = str(arm["threads_effective"])
-    flags = [
-        "--model",
-        arm["model_path"],
-        "--host",
-        arm["serve"]["host"],
-        "--port",
-        str(arm["serve"]["port"]),
-        "--alias",
-        arm["name"],
-        "--threads",
-        threads,
-        "--threads-batch",
-        threads,
-        "--ctx-size",
-        str(batch * per_seq),
-        "--parallel",
-        str(batch),
-        "--batch-size",
-        str(n_batch(arm)),
-        "--ubatch-size",
-        str(n_batch(arm)),
-        "--threads-http",
-        str(http_threads(arm)),
-        "--metrics",
-        "--no-webui",
-        "--no-cache-prompt",
-        "--load-mode",
-        "mmap" if params["mmap"] else "none",  # as set_load_mode sets it
-    ]
-    if not params["repack"]:
-        flags.append("--no-repack")
-    return flags
-
-
 def run(arm: dict) -> dict:
     import llama_cpp
 

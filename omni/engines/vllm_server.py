@@ -21,6 +21,7 @@ from pathlib import Path
 
 from omni.engines.protocol import log, mark_phase
 from omni.engines.vllm import ask_head_report, bind_threads, engine_kwargs, model_quantization, select_patches
+from omni.models.factory import CHAT_TEMPLATE, PRESETS
 
 # engine_kwargs keys that are no server flags: the server loads the tokenizer itself
 NOT_FLAGS = ("skip_tokenizer_init",)
@@ -29,7 +30,12 @@ NOT_FLAGS = ("skip_tokenizer_init",)
 def server_argv(arm: dict) -> list[str]:
     """The server's flags: every engine argument as vLLM's parser spells it
     (``max_model_len`` -> ``--max-model-len``, False -> ``--no-...``, dicts as
-    JSON), the served model named after the arm, on the arm's port."""
+    JSON; ``prefix_caching`` -> ``--enable-prefix-caching`` or
+    ``--no-enable-prefix-caching``, never vLLM's own default), the served
+    model named after the arm, on the arm's port; a chat arm on a factory
+    model gets the factory's chat template, which its files lack
+    (omni.models.factory.CHAT_TEMPLATE; vLLM takes a text with braces as
+    the template itself)."""
     argv = [
         "--host",
         arm["serve"]["host"],
@@ -51,6 +57,8 @@ def server_argv(arm: dict) -> list[str]:
             argv[:0] = ["--model", str(value)]
         else:
             argv += [flag, json.dumps(value) if isinstance(value, dict) else str(value)]
+    if (arm.get("load") or {}).get("endpoint") == "chat" and arm.get("model") in PRESETS:
+        argv += ["--chat-template", CHAT_TEMPLATE]
     return argv
 
 

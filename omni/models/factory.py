@@ -242,6 +242,14 @@ def write_tokenizer(out: Path, shape: Shape) -> None:
     )
 
 
+# The factory's models have no chat template in their files (tokenizer_config.json,
+# GGUF metadata); a chat arm gives this one to its server (--chat-template): each
+# message's content as it is, no role markers, so a chat request's prompt is the
+# text the load generator counted, token for token, on both servers. Kept out
+# of the files so that making it changed no model's digest.
+CHAT_TEMPLATE = "{% for message in messages %}{{ message['content'] }}{% endfor %}"
+
+
 def permute_rope(w: np.ndarray, heads: int) -> np.ndarray:
     """HF's rotate-half q/k row order -> llama.cpp's interleaved (convert_hf_to_gguf.py)."""
     return w.reshape(heads, 2, w.shape[0] // heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)

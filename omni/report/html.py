@@ -28,6 +28,7 @@ from omni.report.markdown import (
     verdict_method,
     verdict_text,
 )
+from omni.report.serving_curve import FIGURES, KINDS, LOAD_AXIS, curve_note, curve_series
 from omni.report.summary import SweepSummary
 from omni.report.units import RATIO_SHOWN
 from omni.stats.controls import untrusted
@@ -271,44 +272,89 @@ def provenance_table(summary: SweepSummary) -> str:
     return '<table id="provenance-table">' + "".join(rows) + "</table>"
 
 
-CURVE_PANELS = (("tpot_p99_ms", "tpot_ms", "p99 TPOT (ms)"), ("ttft_p99_ms", "ttft_ms", "p99 TTFT (ms)"))
+FIGURE_NAMES = {"ttft": "TTFT", "tpot": "TPOT"}
 
 
 def curve_svg(serving) -> str:
-    """Each serving arm's latency-throughput curve: per level, the median over
-    runs of its output tok/s against its p99 TPOT and p99 TTFT, the runs'
-    range as bars, levels joined in load order; the dashed line is the SLO."""
+    """The serving curve (:mod:`omni.report.serving_curve`): a row per figure
+    (TTFT and TPOT at each arm's SLO percentile, output tok/s), a column per
+    kind of level with its load on the x axis; per arm, each level's median
+    over its judged runs, joined in load order, the runs' range as bars, the
+    median 95 % upper bound as a tick and a band, the SLO's limit dashed."""
+    series = curve_series(serving)
+    if not series:
+        return ""
     plt = _pyplot()
-    fig, axes = plt.subplots(1, 2, figsize=(WIDTH_IN, 3.4))
-    for ax, (metric, limit, title) in zip(axes, CURVE_PANELS, strict=True):
-        for arm in serving.arms:
-            xs, ys, xerr, yerr, names = [], [], [[], []], [[], []], []
-            for key in serving.levels:
-                x, y = serving.cells[(arm, key, "output_tok_s")], serving.cells[(arm, key, metric)]
-                if x.median is None or y.median is None:
-                    continue
-                xs.append(x.median)
-                ys.append(y.median)
-                xerr[0].append(x.median - x.min)
-                xerr[1].append(x.max - x.median)
-                yerr[0].append(y.median - y.min)
-                yerr[1].append(y.max - y.median)
-                names.append(key)
-            if not xs:
-                continue
-            line = ax.errorbar(xs, ys, xerr=xerr, yerr=yerr, marker="o", ms=4, capsize=2, label=arm, gid=f"curve-{arm}")
-            for x, y, name in zip(xs, ys, names, strict=True):
-                ax.annotate(
-                    name, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7, color=line[0].get_color()
-                )
-        limits = {slo[limit] for slo in serving.slo.values() if slo}
-        for value in limits:
-            ax.axhline(value, color="#cf222e", lw=0.8, ls="--", gid=f"slo-{limit}")
-        ax.set_xlabel("output tok/s")
-        ax.set_ylabel(title)
-        ax.set_yscale("log")
-    axes[0].legend(fontsize=8)
+    from matplotlib.lines import Line2D
+
+    kinds = [k for k in KINDS.values() if any(s.kind == k for s in series)]
+    figures = [f for f in FIGURES if any(s.figure == f for s in series)]
+    fig, axes = plt.subplots(
+        len(figures), len(kinds), figsize=(WIDTH_IN, 2.2 * len(figures) + 0.6), squeeze=False, layout="constrained"
+    )
+    colors = {arm: f"C{i}" for i, arm in enumerate(serving.arms)}
+    for s in series:
+        _draw_series(axes[figures.index(s.figure)][kinds.index(s.kind)], s, colors[s.arm])
+    for row, figure in enumerate(figures):
+        for col, kind in enumerate(kinds):
+            panel = [s for s in series if s.figure == figure and s.kind == kind]
+            _label_panel(axes[row][col], panel, figure, kind, last_row=row == len(figures) - 1)
+    shown = {s.arm: s.percentile for s in series if s.percentile is not None}
+    handles = [Line2D([], [], color=colors[a], marker="o", ms=4, label=f"{a} (SLO at p{q})") for a, q in shown.items()]
+    if handles:
+        fig.legend(handles=handles, loc="outside upper center", ncols=min(3, len(handles)), fontsize=8)
     return _svg(fig)
+
+
+def _draw_series(ax, s, color: str) -> None:
+    """One arm's levels: medians joined, the runs' range as bars, a hollow
+    marker where some runs were flagged, the 95 % upper bound as a tick and a band."""
+    xs = [p.load for p in s.points]
+    ys = [p.median for p in s.points]
+    spread = [[p.median - p.low for p in s.points], [p.high - p.median for p in s.points]]
+    gid = f"curve-{s.arm}-{s.kind}-{s.figure}"
+    ax.errorbar(xs, ys, yerr=spread, color=color, lw=1.2, capsize=2, gid=gid)
+    for p in s.points:
+        ax.plot([p.load], [p.median], "o", ms=4, color=color, mfc="white" if p.partial else color)
+    bounded = [p for p in s.points if p.upper95 is not None]
+    if bounded:
+        ax.plot([p.load for p in bounded], [p.upper95 for p in bounded], "_", ms=9, color=color, gid=f"{gid}-upper95")
+        uppers = [p.upper95 if p.upper95 is not None else float("nan") for p in s.points]
+        ax.fill_between(xs, ys, uppers, color=color, alpha=0.15, lw=0)
+
+
+def _label_panel(ax, panel: list, figure: str, kind: str, last_row: bool) -> None:
+    from matplotlib.ticker import FixedLocator, FuncFormatter, LogFormatter, NullLocator
+
+    for limit in sorted({s.limit for s in panel if s.limit is not None}):
+        ax.axhline(limit, color="#cf222e", lw=0.8, ls="--", gid=f"slo-{figure}-{kind}")
+        ax.annotate(
+            f"SLO {limit:g} ms",
+            (1, limit),
+            xycoords=("axes fraction", "data"),
+            ha="right",
+            va="bottom",
+            fontsize=7,
+            color="#cf222e",
+        )
+    loads = sorted({p.load for s in panel for p in s.points})
+    if loads:
+        ax.set_xscale("log", base=2)  # concurrencies and rates are tried in doublings
+        ax.xaxis.set_major_locator(FixedLocator(loads))
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    if last_row:
+        ax.set_xlabel(LOAD_AXIS[kind])
+    if figure == "output_tok_s":
+        ax.set_ylabel("output (tok/s)")
+        ax.set_ylim(bottom=0)
+        return
+    ax.set_yscale("log")
+    # 60, not 6 x 10^1; minor ticks labelled only where the axis spans little (matplotlib's thresholds)
+    ax.yaxis.set_major_formatter(LogFormatter())
+    ax.yaxis.set_minor_formatter(LogFormatter(labelOnlyBase=False))
+    at = "/".join(f"p{q}" for q in sorted({s.percentile for s in panel}))  # arms at two: the legend says whose
+    ax.set_ylabel(f"{at} {FIGURE_NAMES[figure]} (ms)")
 
 
 def serving_section(summary: SweepSummary) -> list[str]:
@@ -316,9 +362,14 @@ def serving_section(summary: SweepSummary) -> list[str]:
         return []
     text = "\n".join(serving_markdown(summary.serving))
     return [
-        '<section id="serving"><h2>Serving</h2><p>Latency against throughput per arm, one point per load level '
-        "(median over runs, bars: the runs' range); dashed red: the SLO's limit.</p>",
+        '<section id="serving"><h2>Serving</h2><p>Per arm and load level: TTFT and TPOT at the percentile '
+        "of the arm's SLO, and output tok/s, against the load: closed-loop levels (requests in flight) and "
+        "open-loop levels (requests/s offered) apart. Point: the median over the level's judged runs; bars: the "
+        "runs' range; tick and band: up to the median of the runs' 95 % upper bounds of the percentile, which "
+        "the SLO is met on (none where a run's requests are too few to bound it); dashed red: the SLO's "
+        "limit.</p>",
         f'<div id="curve">{curve_svg(summary.serving)}</div>',
+        f'<p id="curve-note">{html.escape(note)}</p>' if (note := curve_note(summary.serving)) else "",
         f'<pre style="white-space:pre-wrap">{html.escape(text)}</pre>',
         "</section>",
     ]

@@ -312,8 +312,7 @@ def serving_markdown(serving: ServingSummary) -> list[str]:
         slo = serving.slo.get(arm) or {}
         unit = "in flight" if kind == "concurrency" else "req/s"
         bounds = serving.bounds.get((arm, kind)) or []
-        text = f"- `{arm}` {kind}: "
-        text += f"{format_number(cell.median)} {unit} {_spread(cell)} over {cell.n} run(s)" if cell.n else "no figure"
+        text = f"- `{arm}` {kind}: " + _capacity_text(cell, unit)
         if bounds:
             counts = {b: bounds.count(b) for b in dict.fromkeys(bounds)}
             text += "; " + ", ".join(f"{n} run(s) {BOUND_TEXT[b]}" for b, n in counts.items())
@@ -327,8 +326,33 @@ def serving_markdown(serving: ServingSummary) -> list[str]:
                 text += f"; vs baseline {c.verdict} x{c.ratio:.3f} {ratio_interval(c.ci_low, c.ci_high)}"
             elif c.ratio is not None:
                 text += f"; vs baseline x{c.ratio:.3f}, inconclusive: fewer than 2 runs on a side"
+            if note := serving.capacity_notes.get((arm, kind)):
+                text += f" ({note})"
         lines.append(text)
     return lines
+
+
+def _bounded(value: float | None, side: str | None) -> str:
+    """A figure, or a bound: ``> 16`` (above), ``< 1`` (below)."""
+    return {"above": "> ", "below": "< "}.get(side or "", "") + format_number(value)
+
+
+def _capacity_text(cell, unit: str) -> str:
+    """``12.3 in flight [8.1, > 16] over 5 run(s) (1 beyond the levels,
+    kept as its bound)``: the median and its interval on ranks, a bound
+    where it falls on a run beyond the levels."""
+    if not cell.n:
+        return "no figure"
+    beyond = cell.above + cell.below
+    kept = f" ({beyond} beyond the levels, kept as bounds)" if beyond else ""
+    if not cell.ranked:
+        return f"no median: {cell.n} run(s), their bounds not beyond their figures (levels differ between runs)"
+    spread = (
+        f"[{_bounded(cell.ci_low, cell.low_side)}, {_bounded(cell.ci_high, cell.high_side)}] "
+        if cell.ci_low is not None
+        else ""
+    )
+    return f"{_bounded(cell.median, cell.median_side)} {unit} {spread}over {cell.n} run(s){kept}"
 
 
 def _spread(cell) -> str:

@@ -15,9 +15,11 @@ from omni.store.objstore import local_copy, results_root
 
 
 def sweep_spec(results: Path, sweep_id: str):
-    """The sweep's own spec copy (results/sweeps/<id>/spec.*), or None."""
+    """The sweep's own spec copy (results/sweeps/<id>/spec.*), or None; read
+    for its settings, without the files it names (a prompts file may be gone
+    or elsewhere, and nothing here needs it)."""
     copies = sorted((results_root(results) / "sweeps" / sweep_id).glob("spec.*"))
-    return load_spec(local_copy(results, copies[0])).sweep if copies else None
+    return load_spec(local_copy(results, copies[0]), read_files=False).sweep if copies else None
 
 
 def baseline_of(spec, arms: list[str]) -> str | None:

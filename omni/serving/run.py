@@ -7,8 +7,10 @@ binding, its log kept, reaped however the run ends). It is ready when its
 ``/health`` answers; ``load_s`` is the time to that. Each level is a fresh
 ``vllm bench serve`` from the vLLM env, pinned to the client CPUs with
 numactl and carrying the run id (the reaper's mark), its CPU time read from
-outside at the start and end of its measured requests, while a thread
-scrapes the server's ``/metrics``. What a level stores is
+outside at the start and end of its measured requests and its CPUs sampled
+in between (:mod:`omni.measure.client_cpus`), while a thread scrapes the
+server's ``/metrics``. A level whose steady window came out short runs once
+more (:func:`measure_level`). What a level stores is
 :mod:`omni.serving.levels`'.
 """
 
@@ -23,30 +25,37 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
+from itertools import islice
 from pathlib import Path
 
 import psutil
 
 from omni.cpulist import format_cpulist, parse_cpulist
-from omni.engines.bench_serve import CLOSE_FLAG
-from omni.engines.llamacpp import server_flags as llama_server_flags
+from omni.engines.bench_serve import CLOSE_FLAG, PROMPT_LENS_FLAG
+from omni.engines.llama_server import server_flags as llama_server_flags
 from omni.engines.vllm import read_head_report, read_patch_report
 from omni.host.placement import numactl_path, pin_argv
+from omni.measure.client_cpus import ClientSampler
 from omni.measure.procfs import read_status
 from omni.run.engine_process import RUNS, EngineProcess, RunInterrupted, describe_exit, engine_env, failure_reason
 from omni.run.plan import PlanItem
 from omni.run.progress import BOARD
 from omni.run.reaper import RUN_ID_VAR, stop_group
 from omni.serving.levels import (
+    CLIENT_FIGURES,
     Level,
     arm_levels,
     client_flags,
+    extended_requests,
     level_order,
     level_record,
     reconcile_output_tokens,
     request_records,
+    requests_to_send,
     workload_seed,
 )
+from omni.serving.search import next_level
 from omni.serving.server_metrics import kv_bytes_per_token, metrics_summary, parse_metrics, served_kv_tokens
 from omni.serving.slo import run_capacity
 
@@ -139,14 +148,17 @@ def tree_cpu(pid: int) -> tuple[float, float]:
 
 
 class ClientWatch(threading.Thread):
-    """Copies the load generator's output to its log and reads its CPU time
-    when its measured requests begin and when they are done."""
+    """Copies the load generator's output to its log, reads its CPU time
+    when its measured requests begin and when they are done, and samples
+    its CPUs in between (:class:`ClientSampler`: where its threads ran,
+    what else ran there)."""
 
-    def __init__(self, proc: subprocess.Popen, log_path: Path) -> None:
+    def __init__(self, proc: subprocess.Popen, log_path: Path, cpus: tuple[int, ...]) -> None:
         super().__init__(name="client-log", daemon=True)
-        self.proc, self.log_path = proc, log_path
+        self.proc, self.log_path, self.cpus = proc, log_path, tuple(cpus)
         self.marks: dict[str, tuple[float, float, float]] = {}  # start/end -> (time, tree cpu s, busiest thread s)
         self.tail: list[str] = []
+        self.sampler = ClientSampler(proc.pid, self.cpus)
 
     def run(self) -> None:
         with open(self.log_path, "w", encoding="utf-8", errors="replace", buffering=1) as log:  # a line at a time
@@ -155,15 +167,33 @@ class ClientWatch(threading.Thread):
                 for name, marker in (("start", CLIENT_START), ("end", CLIENT_END)):
                     if marker in line and name not in self.marks:
                         self.marks[name] = (time.monotonic(), *tree_cpu(self.proc.pid))
+                        if name == "start":
+                            self.sampler.start()
+                        else:
+                            self.close()
                 self.tail = [*self.tail[-40:], line]
                 log.write(line + "\n")
 
-    def cpu(self, cpus: int) -> dict[str, float | None]:
+    def close(self) -> None:
+        """The sampling stopped (at the end mark, or after a client that never reached it)."""
+        if self.sampler.is_alive():
+            self.sampler.finish()
+
+    def cpu(self) -> dict:
+        """The client's figures for :func:`omni.serving.levels.level_record`
+        (``CLIENT_FIGURES``); all None unless both marks were seen."""
         if "start" not in self.marks or "end" not in self.marks:
-            return {"client_cpu_pct": None, "client_thread_pct": None}
+            return dict.fromkeys(CLIENT_FIGURES)
         (t0, c0, b0), (t1, c1, b1) = self.marks["start"], self.marks["end"]
         span = max(t1 - t0, 1e-6)
-        return {"client_cpu_pct": 100 * (c1 - c0) / span / cpus, "client_thread_pct": 100 * (b1 - b0) / span}
+        sampled = self.sampler.summary()
+        return {
+            "client_cpu_pct": 100 * (c1 - c0) / span / len(self.cpus),
+            "client_thread_pct": 100 * (b1 - b0) / span,
+            "client_foreign_cpu_pct": sampled.foreign_mean_pct,
+            "client_foreign_cpu_peak_pct": sampled.foreign_peak_pct,
+            "client_cpus_outside": list(sampled.outside) if sampled.outside is not None else None,
+        }
 
 
 def check_client_binding(pid: int, allowed: tuple[int, ...]) -> str | None:
@@ -187,14 +217,25 @@ def died(server: EngineProcess, level: Level) -> ServerDied:
     )
 
 
-def client_argv(item: PlanItem, res, level: Level, base_url: str, result: Path) -> list[str]:
+def client_argv(
+    item: PlanItem, res, level: Level, base_url: str, result: Path, requests: int | None = None
+) -> list[str]:
     """The load generator's command for one level, unpinned: ``vllm bench
     serve`` from the vLLM env (:mod:`omni.engines.bench_serve`: the wheel's
-    ``vllm`` CLI is broken)."""
+    ``vllm`` CLI is broken). It sends enough requests that ``requests``
+    (``load.requests`` unless given) fall in the level's steady window
+    (:func:`requests_to_send`), and writes each one's prompt length beside
+    ``result`` (:func:`prompt_lens_path`)."""
     arm = item.arm
+    load = arm.load.model_dump()
     flags = client_flags(
         level,
-        {**arm.load.model_dump(), "seed": workload_seed(arm.load.seed, item.pass_index)},
+        {
+            **load,
+            "seed": workload_seed(arm.load.seed, item.pass_index),
+            "prompts_output_tokens": arm.load.prompts_output_tokens,  # the file's answer lengths, not max_tokens
+            "requests": requests_to_send(level, load, arm.batch_size, requests),
+        },
         prompt_len=arm.prompt_len,
         max_tokens=arm.max_tokens,
         model=arm.name,
@@ -204,7 +245,23 @@ def client_argv(item: PlanItem, res, level: Level, base_url: str, result: Path) 
     module = [res.client_python, "-m", "omni.engines.bench_serve"]
     # llama-server closes each streamed response's connection: a connection per request (bench_serve's docstring)
     own = [CLOSE_FLAG] if arm.engine == "llamacpp" else []
+    own += [PROMPT_LENS_FLAG, str(prompt_lens_path(result))]  # the client's own count of what it sends
     return [*module, *own, *flags, "--result-dir", str(result.parent), "--result-filename", result.name]
+
+
+def prompt_lens_path(result: Path) -> Path:
+    """Where the load generator writes its requests' prompt lengths: beside its result."""
+    return result.with_name(f"{result.stem}.prompt_lens.json")
+
+
+def read_prompt_lens(path: Path) -> list[int] | None:
+    """The prompt lengths a load generator wrote; None when it wrote none
+    (a client without ``--prompt-lens-file``) or not whole."""
+    try:
+        lens = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return lens if isinstance(lens, list) and all(isinstance(n, int) for n in lens) else None
 
 
 def planned_commands(
@@ -212,7 +269,8 @@ def planned_commands(
 ) -> tuple[list[str], str, list[list[str]]]:
     """What a serving run will execute (``omni sweep --dry-run``): the pinned
     server command and how it is pinned, and each level's pinned load
-    generator, in the order of :func:`level_order`; the port is picked at start (PORT)."""
+    generator, in the order of :func:`level_order` (a search's first level only: the
+    rest follow from what it measures); the port is picked at start (PORT)."""
     payload = {**payload, "serve": {"host": HOST, "port": "PORT"}}
     server, method = pin_argv(item.slot, server_argv(item, res.python, workdir, payload), numactl_path())
     load = item.arm.load.model_dump()
@@ -223,19 +281,39 @@ def planned_commands(
             client_argv(item, res, lv, base_url, workdir / f"level-{lv.key}.json"),
             numactl_path(),
         )[0]
-        for lv in level_order(arm_levels(load), seed, item.run_id)
+        for lv in islice(run_levels(item, load, seed, []), None if not load.get("search") else 1)
     ]
     return server, method, clients
 
 
+def run_levels(item: PlanItem, load: dict, seed: int, measured: list[dict]) -> Iterator[Level]:
+    """The run's levels as it takes them: the arm's, in an order shuffled
+    per run (:func:`level_order`), or a search's, each chosen from the
+    levels in ``measured`` so far (:func:`omni.serving.search.next_level`)."""
+    search = load.get("search")
+    if not search:
+        yield from level_order(arm_levels(load), seed, item.run_id)
+        return
+    while (level := next_level(search, load["slo"], measured, item.arm.batch_size)) is not None:
+        yield level
+
+
 def run_level(
-    item: PlanItem, res, server: EngineProcess, level: Level, base_url: str, workdir: Path, timeout_s: float
+    item: PlanItem,
+    res,
+    server: EngineProcess,
+    level: Level,
+    base_url: str,
+    workdir: Path,
+    timeout_s: float,
+    requests: int | None = None,
 ) -> tuple[dict, dict, ClientWatch, str | None]:
     """One level: the load generator's result (``--save-detailed``), its CPU
     use and what the server reported meanwhile."""
     result = workdir / f"level-{level.key}.json"
     result.unlink(missing_ok=True)
-    argv = client_argv(item, res, level, base_url, result)
+    prompt_lens_path(result).unlink(missing_ok=True)
+    argv = client_argv(item, res, level, base_url, result, requests)
     client_slot = item.slot.client_slot()
     pinned, _ = pin_argv(client_slot, argv, numactl_path())
     env = {**os.environ, RUN_ID_VAR: item.run_id, "PYTHONUNBUFFERED": "1", "VLLM_LOGGING_LEVEL": "WARNING"}
@@ -244,7 +322,7 @@ def run_level(
     client = subprocess.Popen(
         pinned, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
     )
-    watch = ClientWatch(client, workdir / f"client-{level.key}.log")
+    watch = ClientWatch(client, workdir / f"client-{level.key}.log", client_slot.cpus)
     watch.start()
     binding = None
     try:
@@ -263,6 +341,7 @@ def run_level(
             client.kill()
         client.wait()
         watch.join(timeout=5)
+        watch.close()
         scraper.stop.set()
         scraper.join(timeout=5)
         scraper.scrape()  # the counters after the last request
@@ -279,15 +358,68 @@ def measure_level(
     item: PlanItem, res, server: EngineProcess, level: Level, order: int, base_url: str, workdir: Path, timeout_s: float
 ) -> tuple[dict, list[dict], str | None]:
     """One level run and judged: its record (:func:`level_record`), its
-    requests, and the load generator's binding problem if it had one."""
+    requests, and the load generator's binding problem if it had one.
+
+    A level whose steady window came out shorter than ``load.min_duration_s``,
+    with nothing else wrong, runs once more with the requests to fill it
+    (:func:`omni.serving.levels.extended_requests`; ``extended`` says so). The
+    longer attempt is kept, or the second whatever its length if it found
+    more than its length wrong: a failed request is never dropped."""
     load = item.arm.load.model_dump()
     BOARD.phase(item.run_id, f"level {level.key}")
-    detailed, server_metrics, watch, binding = run_level(item, res, server, level, base_url, workdir, timeout_s)
+    record, reqs, binding = attempt_level(item, res, server, level, order, base_url, workdir, timeout_s)
+    more = extended_requests(record, load)
+    if more is not None:
+        BOARD.phase(item.run_id, f"level {level.key}: {more} requests for a {load['min_duration_s']:g} s window")
+        again, again_reqs, again_binding = attempt_level(
+            item, res, server, level, order, base_url, workdir, timeout_s, more
+        )
+        binding = binding or again_binding
+        if (again["window_s"] or 0.0) >= (record["window_s"] or 0.0) or set(again["flags"]) - {"short_window"}:
+            record, reqs = again, again_reqs
+    record["extended"] = more is not None
+    return record, reqs, binding
+
+
+def attempt_level(
+    item: PlanItem,
+    res,
+    server: EngineProcess,
+    level: Level,
+    order: int,
+    base_url: str,
+    workdir: Path,
+    timeout_s: float,
+    requests: int | None = None,
+) -> tuple[dict, list[dict], str | None]:
+    """One run of a level's load generator (:func:`run_level`), made a record."""
+    load = item.arm.load.model_dump()
+    detailed, server_metrics, watch, binding = run_level(
+        item, res, server, level, base_url, workdir, timeout_s, requests
+    )
     reqs = request_records(level, detailed)
-    check = reconcile_output_tokens(reqs, server_metrics, load["warmup"], item.arm.max_tokens, load["range_ratio"])
-    cpu = watch.cpu(len(item.slot.client))
+    check = reconcile_output_tokens(
+        reqs, server_metrics, load["warmup"], item.arm.max_tokens, load["range_ratio"], endpoint=load["endpoint"]
+    )
+    cpu = watch.cpu()
+    if cpu["client_cpus_outside"]:  # seen running there, whatever its mask said
+        binding = binding or (
+            f"the load generator's threads ran on CPU(s) {format_cpulist(cpu['client_cpus_outside'])}, outside "
+            f"its {format_cpulist(watch.cpus)}: its CPU could have been the server's"
+        )
     record = level_record(
-        level, order, detailed, reqs, load["slo"], cpu, server_metrics, load["warmup"], check, load["burstiness"]
+        level,
+        order,
+        detailed,
+        reqs,
+        load["slo"],
+        cpu,
+        server_metrics,
+        load["warmup"],
+        check,
+        load["burstiness"],
+        prompt_lens=read_prompt_lens(prompt_lens_path(workdir / f"level-{level.key}.json")),
+        min_duration_s=load["min_duration_s"],
     )
     record["server_metrics"] = json.dumps(server_metrics, sort_keys=True)
     return record, reqs, binding
@@ -304,7 +436,6 @@ def run_serving(item: PlanItem, res, row: dict, workdir: Path, payload: dict, ti
     row["command"] = json.dumps(argv)
     env = engine_env(item)
     load = item.arm.load.model_dump()
-    levels = level_order(arm_levels(load), seed, item.run_id)
     row["load_seed"] = workload_seed(load["seed"], item.pass_index)  # client_argv's
     records, requests = [], []
     BOARD.phase(item.run_id, "starting the server")
@@ -317,8 +448,11 @@ def run_serving(item: PlanItem, res, row: dict, workdir: Path, payload: dict, ti
             else:
                 row["load_s"] = time.monotonic() - proc.started
                 proc.sampler.mark("loaded")
-                for order, level in enumerate(levels):
-                    record, reqs, binding = measure_level(item, res, proc, level, order, base_url, workdir, timeout_s)
+                for level in run_levels(item, load, seed, records):
+                    record, reqs, binding = measure_level(
+                        item, res, proc, level, len(records), base_url, workdir, timeout_s
+                    )
+                    record["searched"] = bool(load.get("search"))
                     if binding:
                         row.update(status="invalid", error=binding)
                     records.append(record)
@@ -401,13 +535,18 @@ def fill_kv(row: dict, item: PlanItem, res, proc: EngineProcess) -> None:
 
 
 def fill_capacity(row: dict, records: list[dict], load: dict) -> None:
-    """Each kind of level's capacity under the SLO for this run; a bound
-    (above or below the levels tried, unknown, not established) leaves the
-    figure null and says which."""
+    """Each kind of level's capacity under the SLO for this run (a search's
+    own kind only); a bound (above or below the levels tried, unknown, not
+    established) leaves the figure null, says which, and for above or below
+    where it lies (``capacity_*_bound_at``: the highest level that met the
+    SLO, or the lowest tried): a run beyond the levels still counts in the
+    arm's interval as a bound."""
     bounds = {}
+    search = load.get("search")
     for kind in ("concurrency", "rate"):
-        capacity = run_capacity(records, kind, load["slo"])
+        capacity = run_capacity(records, kind, load["slo"]) if not search or search["kind"] == kind else None
         row[f"capacity_{kind}"] = capacity.value if capacity else None
+        row[f"capacity_{kind}_bound_at"] = capacity.at if capacity else None
         if capacity and capacity.bound:
             bounds[kind] = capacity.bound
     row["capacity_bounds"] = bounds

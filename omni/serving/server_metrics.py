@@ -13,14 +13,25 @@ import numpy as np
 
 GENERATION_COUNTERS = ("vllm:generation_tokens_total", "llamacpp:tokens_predicted_total")
 
-PROMPT_COUNTERS = ("vllm:prompt_tokens_total", "llamacpp:prompt_tokens_total")
+# Every prompt token a server was sent, prefilled or served by its prefix
+# cache: vLLM's prompt_tokens_total counts them all (PromptTokenStats.total,
+# cached ones included); llama-server's counts those it prefilled, and its
+# prompt_tokens_cached_total those its prompt cache served (llama.cpp
+# server-context.cpp: metrics.add_prompt_cached(n_past)), so the two are summed.
+PROMPT_COUNTERS = {
+    "vllm:prompt_tokens_total": (),
+    "llamacpp:prompt_tokens_total": ("llamacpp:prompt_tokens_cached_total",),
+}
 
 
 def server_prompt_tokens(server_metrics: Mapping) -> float | None:
-    """Prompt tokens the server counted over the level (its counter's change)."""
-    for name in PROMPT_COUNTERS:
+    """Prompt tokens the server counted over the level (its counters'
+    change), those its prefix cache served included."""
+    for name, cached in PROMPT_COUNTERS.items():
         if name in server_metrics:
-            return server_metrics[name]["change"]
+            return server_metrics[name]["change"] + sum(
+                server_metrics[c]["change"] for c in cached if c in server_metrics
+            )
     return None
 
 
@@ -42,7 +53,10 @@ def metrics_summary(samples: list[tuple[float, dict[str, float]]]) -> dict[str, 
     return out
 
 
-# the server gauges and counters kept per level (the rest of /metrics is not stored)
+# the server gauges and counters kept per level (the rest of /metrics is not
+# stored); the prefix cache's: vLLM's tokens looked up and found in it
+# (prefix_cache_queries, _hits: whole KV blocks only, 128 tokens on CPU) and
+# the prompt tokens it served, llama-server's prompt tokens its cache served
 KEPT_METRICS = (
     "vllm:num_requests_running",
     "vllm:num_requests_waiting",
@@ -50,19 +64,28 @@ KEPT_METRICS = (
     "vllm:num_preemptions_total",
     "vllm:prompt_tokens_total",
     "vllm:generation_tokens_total",
+    "vllm:prefix_cache_queries_total",
+    "vllm:prefix_cache_hits_total",
+    "vllm:prompt_tokens_cached_total",
     "llamacpp:requests_processing",
     "llamacpp:requests_deferred",
     "llamacpp:kv_cache_usage_ratio",
     "llamacpp:kv_cache_tokens",
     "llamacpp:n_busy_slots_per_decode",
     "llamacpp:prompt_tokens_total",
+    "llamacpp:prompt_tokens_cached_total",
     "llamacpp:tokens_predicted_total",
 )
+# What a server states of its own configuration in an info metric's labels,
+# kept as 1 (the label is "True") or 0: vLLM's
+# vllm:cache_config_info{enable_prefix_caching="True",...} 1.0 says whether the
+# server that ran the level caches prefixes, whatever it was asked
+KEPT_LABELS = {"vllm:cache_config_info": ("enable_prefix_caching",)}
 
 
 def parse_metrics(text: str) -> dict[str, float]:
     """The kept metrics of one ``/metrics`` scrape (Prometheus text format),
-    summed over their label sets."""
+    summed over their label sets; a kept label as ``name:label``."""
     from prometheus_client.parser import text_string_to_metric_families
 
     found: dict[str, float] = {}
@@ -70,6 +93,9 @@ def parse_metrics(text: str) -> dict[str, float]:
         for sample in family.samples:
             if sample.name in KEPT_METRICS and not math.isnan(sample.value):
                 found[sample.name] = found.get(sample.name, 0.0) + float(sample.value)
+            for label in KEPT_LABELS.get(sample.name, ()):
+                if label in sample.labels:
+                    found[f"{sample.name}:{label}"] = float(sample.labels[label] == "True")
     return found
 
 

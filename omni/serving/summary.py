@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from omni.serving.levels import PERCENTILES
+from omni.stats.censored import ABOVE, BELOW, CensoredSummary, Point, compare_censored, summarize_censored
 from omni.stats.quantiles import reach_note
 from omni.stats.verdicts import ALPHA, Comparison, Summary, compare, summarize
 from omni.store.reading import load_side_table
@@ -33,6 +35,16 @@ LEVEL_METRICS = {
     "tpot_p50_ms": "lower",
     "tpot_p99_ms": "lower",
 }
+# per level, each judged run's values kept (ServingSummary.points): the metrics judged, and
+# TTFT and TPOT at every percentile with its 95 % upper bound, whichever an arm's SLO is at
+POINT_COLUMNS = tuple(
+    dict.fromkeys(
+        [
+            *LEVEL_METRICS,
+            *(f"{m}_p{q}{s}" for m in ("ttft", "tpot") for q in PERCENTILES for s in ("_ms", "_upper95_ms")),
+        ]
+    )
+)
 CAPACITY_KINDS = ("concurrency", "rate")
 SLO_VERDICT_TEXT = {"met": "met", "not_met": "not met", "not_established": "not established"}
 
@@ -76,13 +88,14 @@ class ServingSummary:
     cells: dict[tuple[str, str, str], Summary]  # (arm, level, metric)
     judged: dict[tuple[str, str, str], Comparison]  # arm != baseline
     flagged: dict[tuple[str, str], list[str]]  # (arm, level) -> flags of its levels left out
-    capacity: dict[tuple[str, str], Summary]  # (arm, kind)
+    capacity: dict[tuple[str, str], CensoredSummary]  # (arm, kind): runs beyond the levels kept as bounds
     capacity_judged: dict[tuple[str, str], Comparison] = field(default_factory=dict)
     level_confidence: float = 0.95  # of every per-level interval: Bonferroni over the levels x metrics judged
     bounds: dict[tuple[str, str], list[str]] = field(default_factory=dict)  # (arm, kind) -> runs' bounds
     slo: dict[str, dict] = field(default_factory=dict)  # arm -> its SLO
     points: dict[tuple[str, str], dict[str, list[float]]] = field(default_factory=dict)  # (arm, level) -> values
     level_slo: dict[tuple[str, str], LevelSlo] = field(default_factory=dict)  # (arm, level)
+    capacity_notes: dict[tuple[str, str], str] = field(default_factory=dict)  # why a capacity verdict is withheld
 
     def slo_reach(self, arm: str) -> str | None:
         """Where the arm's levels have too few requests to bound its SLO's
@@ -124,7 +137,7 @@ def serving_summary(
                 flagged[(arm, key)] = flags
             level_slo[(arm, key)] = level_slo_of(mine, slo.get(arm))
             good = judged_rows[(judged_rows["arm"] == arm) & (judged_rows["level"] == key)]
-            points[(arm, key)] = {m: [float(v) for v in good[m].dropna()] for m in LEVEL_METRICS}
+            points[(arm, key)] = {m: [float(v) for v in good[m].dropna()] for m in POINT_COLUMNS}
             for metric in LEVEL_METRICS:
                 cells[(arm, key, metric)] = summarize(points[(arm, key)][metric])
     # levels x metrics verdicts per arm: each interval at 1 - alpha / their
@@ -142,23 +155,27 @@ def serving_summary(
                     min_effect=min_effect,
                     confidence=level_confidence,
                 )
-    capacity, capacity_judged, bounds = {}, {}, {}
+    capacity, capacity_judged, bounds, capacity_notes = {}, {}, {}, {}
+    runs: dict[tuple[str, str], list[Point]] = {}
     for arm in arms:
         rows = ok[ok["arm"] == arm]
         for kind in CAPACITY_KINDS:
             column = f"capacity_{kind}"
             if column not in rows.columns or not levels[(levels["arm"] == arm)]["load_kind"].eq(kind).any():
                 continue
-            capacity[(arm, kind)] = summarize(rows[column].tolist())
-            stated = [_json(b) for b in rows["capacity_bounds"].dropna()] if "capacity_bounds" in rows.columns else []
+            stated = [_json(b) for b in rows["capacity_bounds"]] if "capacity_bounds" in rows.columns else []
             bounds[(arm, kind)] = [b[kind] for b in stated if b.get(kind)]
+            runs[(arm, kind)] = capacity_points(rows, kind)
+            if not runs[(arm, kind)] and not bounds[(arm, kind)]:
+                continue  # a search of the other kind: no capacity of this one
+            capacity[(arm, kind)] = summarize_censored(runs[(arm, kind)])
     for arm, kind in capacity:
         if baseline and arm != baseline and (baseline, kind) in capacity:
-            base = ok.loc[ok["arm"] == baseline, f"capacity_{kind}"].tolist()
-            mine = ok.loc[ok["arm"] == arm, f"capacity_{kind}"].tolist()
-            capacity_judged[(arm, kind)] = compare(
-                base, mine, better="higher", min_effect=min_effect, confidence=confidence
+            capacity_judged[(arm, kind)], note = compare_censored(
+                runs[(baseline, kind)], runs[(arm, kind)], min_effect=min_effect, confidence=confidence
             )
+            if note:
+                capacity_notes[(arm, kind)] = note
     return ServingSummary(
         baseline,
         arms,
@@ -173,7 +190,24 @@ def serving_summary(
         slo,
         points,
         level_slo,
+        capacity_notes,
     )
+
+
+def capacity_points(rows: pd.DataFrame, kind: str) -> list[Point]:
+    """Each run's capacity of one kind: its figure, or its bound where it
+    lies beyond the levels tried (``capacity_<kind>_bound_at``; runs
+    stored before that column, and runs whose capacity is unknown or not
+    established, have neither and are left out)."""
+    points = []
+    for row in rows.to_dict("records"):
+        value, at = row.get(f"capacity_{kind}"), row.get(f"capacity_{kind}_bound_at")
+        side = _json(row.get("capacity_bounds")).get(kind)
+        if value is not None and not pd.isna(value):
+            points.append(Point(float(value)))
+        elif side in (ABOVE, BELOW) and at is not None and not pd.isna(at):
+            points.append(Point(float(at), side))
+    return points
 
 
 def level_slo_of(rows: pd.DataFrame, slo: Mapping | None) -> LevelSlo:
@@ -195,4 +229,6 @@ def level_slo_of(rows: pd.DataFrame, slo: Mapping | None) -> LevelSlo:
 
 
 def _json(value) -> dict:
-    return json.loads(value) if isinstance(value, str) else dict(value or {})
+    if value is None or (isinstance(value, float) and pd.isna(value)):
+        return {}
+    return json.loads(value) if isinstance(value, str) else dict(value)

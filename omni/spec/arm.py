@@ -1,4 +1,5 @@
-"""The spec's models: an arm, its engine's parameters, and where runs go.
+"""The spec's models: an arm, its engine's parameters, a serving arm's load,
+a fleet's hosts, and an arm's identity (where runs go on a host: :mod:`omni.spec.slots`).
 
 The models are strict: a spec is typed data, so ``threads: "2"`` or
 ``crash: yes`` is more likely a slip than a wish, and is an error. Each
@@ -11,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -18,15 +20,21 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     ValidationError,
     ValidationInfo,
     field_validator,
     model_validator,
 )
 
-from omni.cpulist import parse_cpulist
-from omni.errors import OmniError
 from omni.spec.problems import plain_text, problem, show, validation_error
+from omni.spec.prompts import (
+    PromptsFile,
+    checked_prompts_file,
+    prompts_file_problems,
+    prompts_path,
+    random_prompt_problems,
+)
 from omni.vllm_plugin import names as vllm_names
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.=+-]*$")
@@ -167,6 +175,12 @@ class LlamacppParams(SpecModel):
     # (SIGSEGV in ggml_backend_amx_mul_mat) on a quantized GGUF it repacked for
     # AMX: false runs such an arm on the plain CPU kernels
     repack: bool = True
+    # a serving arm's llama-server reuses a slot's KV for the prompt's common
+    # prefix with the slot's last request (--cache-prompt), as vLLM's
+    # prefix_caching reuses cached blocks; off, every request is prefilled
+    # whole (--no-cache-prompt). The offline engine clears its KV between
+    # generations: there it is refused
+    prefix_caching: bool = False
     warmup: int = Field(1, ge=0, le=10)
     iterations: int = Field(5, ge=1, le=100)  # timed generations per process: llama-bench's default -r 5
     hold_s: float = Field(0.5, ge=0)
@@ -206,6 +220,21 @@ class Slo(SpecModel):
     percentile: Literal[50, 90, 99] = 99
 
 
+class LoadSearch(SpecModel):
+    """``load.search``: find the highest load within the SLO
+    (:mod:`omni.serving.search`) instead of naming levels. ``kind``:
+    concurrency (requests in flight) or rate (open loop, req/s); at most
+    ``levels`` levels a run; ``max_concurrency`` is the highest concurrency
+    tried, and for a rate search the throughput level's (unset: 4 x
+    batch_size); the search stops once its bracket is within ``precision``
+    of its lower end."""
+
+    kind: Literal["concurrency", "rate"] = "concurrency"
+    levels: int = Field(8, ge=3, le=32)
+    max_concurrency: int | None = Field(None, ge=2, le=4096)
+    precision: float = Field(0.1, gt=0, le=1)
+
+
 class LoadRequest(SpecModel):
     """``load:``: the arm runs as an OpenAI-compatible server in its slot and
     a load generator (``vllm bench serve``) in the slot's client CPUs drives
@@ -216,21 +245,46 @@ class LoadRequest(SpecModel):
     ``concurrency``: closed-loop levels, requests in flight
     (``--max-concurrency``); ``rate``: open-loop levels in requests/s, arrivals
     a gamma process of shape ``burstiness`` (1: Poisson). Prompts are
-    ``prompt_len`` tokens and answers ``max_tokens``, each drawn uniformly
-    within +-``range_ratio`` of them; ``batch_size`` is the server's number of
+    ``prompt_len`` tokens, the first ``prefix_len`` shared, and answers
+    ``max_tokens``, each drawn uniformly within +-``range_ratio`` of them, or
+    they are a prompts file's (:mod:`omni.spec.prompts`), sent to ``endpoint``
+    (docs/serving.md, request mixes); ``batch_size`` is the server's number of
     sequences at once (vLLM ``max_num_seqs``, llama-server ``--parallel``).
     """
 
     concurrency: list[int] = []
     rate: list[float] = []
     burstiness: float = Field(1.0, gt=0)
-    # measured requests per level; unset: the fewest that bound the SLO's
-    # percentile at 95 % (5 for p50, 29 for p90, 299 for p99)
+    # measured requests per level, those in its steady window (the client
+    # sends more: omni.serving.levels.requests_to_send); unset: the fewest
+    # that bound the SLO's percentile at 95 % (5 for p50, 29 for p90, 299 for p99)
     requests: int = Field(ge=1, le=100000)
     warmup: int = Field(2, ge=0, le=1000)  # requests per level before them, not measured
+    # The shortest steady window a level is judged on, in seconds. A rate
+    # level sends rate x this many requests at least; a level whose window
+    # still came out shorter (a closed loop's length is not known before)
+    # runs once more with more requests, and is flagged short_window if it
+    # is still short. 10 s: the server's
+    # /metrics (scraped every second) sees the level ten times, the client's
+    # CPUs are sampled twenty (every 0.5 s, the interference rule's window),
+    # and a neighbour's duty cycle of tens to hundreds of ms repeats many
+    # times over. MLPerf's server scenario runs 600 s; a level's count for
+    # its percentile (299 for p99) usually takes longer than 10 s anyway.
+    min_duration_s: float = Field(10.0, ge=0, le=3600)
     range_ratio: float = Field(0.0, ge=0, lt=1)
+    # where a request goes: completions (/v1/completions, the prompt as text) or
+    # chat (/v1/chat/completions, the prompt as a user message the server templates)
+    endpoint: Literal["completions", "chat"] = "completions"
+    # random prompts: the first prefix_len of each prompt's prompt_len tokens
+    # are the same in every request of a run (a shared system prompt)
+    prefix_len: int = Field(0, ge=0)
+    # a JSONL of prompts (omni.spec.prompts), relative to the spec file's
+    # folder: the requests' prompts and answer lengths; stored resolved
+    prompts: str | None = None
+    _prompts: PromptsFile | None = PrivateAttr(None)  # the file as read when the spec was
     seed: int = Field(0, ge=0, le=2**31 - 1)  # the passes' seeds are drawn from it (workload_seed)
     slo: Slo = Slo()
+    search: LoadSearch | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -246,6 +300,27 @@ class LoadRequest(SpecModel):
         from omni.stats.quantiles import min_samples  # scipy: only for a spec that needs it
 
         return {**data, "requests": min_samples(percentile / 100)}
+
+    @field_validator("prompts")
+    @classmethod
+    def _prompts_path(cls, value: str | None, info: ValidationInfo) -> str | None:
+        return None if value is None else prompts_path(value, info.context)
+
+    @model_validator(mode="after")
+    def _prompts_file(self, info: ValidationInfo) -> LoadRequest:
+        if self.prompts is not None and (info.context or {}).get("read_files", True):
+            self._prompts = checked_prompts_file(Path(self.prompts), self.requests)
+        return self
+
+    @property
+    def prompts_sha256(self) -> str | None:
+        """The prompts file's content digest, as read with the spec; None without one."""
+        return self._prompts.sha256 if self._prompts else None
+
+    @property
+    def prompts_output_tokens(self) -> bool:
+        """Every line of the prompts file gives its answer's length."""
+        return bool(self._prompts and self._prompts.output_tokens)
 
     @field_validator("concurrency")
     @classmethod
@@ -275,10 +350,21 @@ class LoadRequest(SpecModel):
 
     @model_validator(mode="after")
     def _some_level(self) -> LoadRequest:
-        if not self.concurrency and not self.rate:
+        if self.search is not None and (self.concurrency or self.rate):
             raise validation_error(
                 "LoadRequest",
-                [((), "name at least one level: concurrency: [1, 4] (requests in flight) or rate: [0.5, 1] (req/s)")],
+                [(("search",), "a search chooses its own levels: drop concurrency: and rate:, or drop search:")],
+            )
+        if not self.concurrency and not self.rate and self.search is None:
+            raise validation_error(
+                "LoadRequest",
+                [
+                    (
+                        (),
+                        "name at least one level: concurrency: [1, 4] (requests in flight) or rate: [0.5, 1] "
+                        "(req/s), or search for the capacity: search: {kind: concurrency}",
+                    )
+                ],
             )
         return self
 
@@ -389,6 +475,26 @@ class Arm(SpecModel):
             )
         return value
 
+    @model_validator(mode="after")
+    def _request_mix(self) -> Arm:
+        """What a serving arm's requests are made of fits the arm: a prefix
+        shorter than the prompt it begins, a prompts file's lengths not also
+        given by the arm, and llama.cpp's prompt cache only where it has a server."""
+        problems = []
+        if self.engine == "llamacpp" and self.load is None and (self.params or {}).get("prefix_caching"):
+            problems.append(
+                (
+                    ("params", "prefix_caching"),
+                    "llama.cpp's prefix caching is llama-server's prompt cache, a serving arm's (load:); "
+                    "the offline engine clears its KV cache between generations",
+                )
+            )
+        if self.load is not None:
+            problems += (prompts_file_problems if self.load.prompts else random_prompt_problems)(self)
+        if problems:
+            raise validation_error("Arm", problems)
+        return self
+
     def engine_params(self) -> BaseModel:
         """The validated params model of this arm's engine."""
         return ENGINE_PARAMS[self.engine].model_validate(self.params)
@@ -398,106 +504,6 @@ def _env_text(value: Any) -> Any:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return str(value)
     return value
-
-
-class SlotRequest(SpecModel):
-    """Where runs go: slots of ``cores`` physical cores, or explicit cpulists.
-
-    Slots run at the same time, one run each. ``cpus: "56-79"`` is one slot,
-    ``cpus: ["0-23", "56-79"]`` two; memory binds to the node owning a slot's
-    CPUs, and a slot that spans nodes is refused unless ``straddle: true``.
-    """
-
-    cores: int | None = Field(None, ge=1)  # None: all cores of the node
-    cpus: str | list[str] | None = None  # kernel cpulist(s), e.g. "0-3,8"
-    node: int | None = Field(None, ge=0)
-    # false: one CPU per core, the cores' SMT siblings left idle and owned by the
-    # slot (busy-checked, locked); true: the siblings run the engine too;
-    # shared: one CPU per core, the siblings left to others
-    smt: bool | Literal["shared"] = False
-    straddle: bool = False  # allow a cpulist across nodes (memory bound to all of them)
-    count: int | None = Field(None, ge=1)  # at most this many slots
-    # serving arms: each slot also holds this many physical cores (or these
-    # cpulists, one per slot) for the load generator, apart from the server's
-    client_cores: int | None = Field(None, ge=1)
-    client_cpus: str | list[str] | None = None
-
-    @field_validator("smt", mode="before")
-    @classmethod
-    def _smt(cls, value: Any) -> bool | str:
-        if isinstance(value, bool) or value == "shared":
-            return value
-        raise problem(
-            f"{show(value)} is not false, true or shared (false: one CPU per core, the siblings idle and "
-            "owned by the slot; true: the engine runs on the siblings too; shared: the siblings left to others)"
-        )
-
-    @field_validator("cpus", "client_cpus")
-    @classmethod
-    def _cpulist(cls, value: str | list[str] | None) -> str | list[str] | None:
-        if value is None:
-            return value
-        if isinstance(value, list) and not value:
-            raise problem("must name at least one cpulist, e.g. ['0-3', '4-7']")
-        for text in [value] if isinstance(value, str) else value:
-            try:
-                cpus = parse_cpulist(text)
-            except OmniError as err:
-                raise problem(str(err)) from None
-            if not cpus:
-                raise problem("must name at least one CPU, e.g. '0-3'")
-        return value
-
-    @model_validator(mode="after")
-    def _cores_or_cpus(self) -> SlotRequest:
-        problems = []
-        if self.cores is not None and self.cpus is not None:
-            problems.append((("cpus",), "give cores or cpus, not both (cores: how many; cpus: which ones)"))
-        if self.node is not None and self.cpus is not None:
-            problems.append((("node",), "give node or cpus, not both (explicit CPUs already name their node)"))
-        if self.client_cores is not None and self.client_cpus is not None:
-            problems.append((("client_cpus",), "give client_cores or client_cpus, not both"))
-        if self.client_cores is not None and self.cpus is not None:
-            problems.append(
-                (("client_cores",), "with explicit server CPUs (cpus:) name the load generator's too (client_cpus:)")
-            )
-        if self.client_cpus is not None and self.cpus is None:
-            problems.append(
-                (("client_cpus",), "explicit client CPUs need explicit server CPUs (cpus:); or give client_cores")
-            )
-        if self.client_cpus is not None and self.cpus is not None:
-            servers, clients = self.cpu_lists(), self.client_cpu_lists()
-            if len(clients) != len(servers):
-                problems.append(
-                    (
-                        ("client_cpus",),
-                        f"give one client cpulist per slot: {len(servers)} slot(s), {len(clients)} given",
-                    )
-                )
-            for server, client in zip(servers, clients, strict=False):
-                if shared := sorted(set(server) & set(client)):
-                    problems.append(
-                        (
-                            ("client_cpus",),
-                            f"the load generator would share CPU(s) {','.join(map(str, shared))} with the server "
-                            "it measures; give it CPUs of its own",
-                        )
-                    )
-        if problems:
-            raise validation_error("SlotRequest", problems)
-        return self
-
-    def cpu_lists(self) -> list[list[int]] | None:
-        return _cpu_lists(self.cpus)
-
-    def client_cpu_lists(self) -> list[list[int]] | None:
-        return _cpu_lists(self.client_cpus)
-
-
-def _cpu_lists(value: str | list[str] | None) -> list[list[int]] | None:
-    if value is None:
-        return None
-    return [parse_cpulist(text) for text in ([value] if isinstance(value, str) else value)]
 
 
 # --- identity ---
@@ -511,13 +517,17 @@ def _cpu_lists(value: str | list[str] | None) -> list[list[int]] | None:
 # fault knobs change nothing while off; vLLM's max_num_batched_tokens unset
 # leaves vLLM's own budget wherever the batch's prefill fitted in it, as every
 # stored run had (omni.engines.vllm.batched_tokens); llama.cpp's repack on is
-# what every llama.cpp run did before it could be turned off.
+# what every llama.cpp run did before it could be turned off, and its prefix
+# caching off what every llama-server ran with before it could be turned on;
+# a serving arm's completions endpoint, no shared prefix and no prompts file
+# are the requests every serving run sent before the request mixes.
 LATE_ARM_FIELDS = ("profile", "prompt_seed", "load")
 LATE_PARAMS = {
     "synthetic": ("prefix_cache", "short_iteration", "prefill_chunk_tokens", "teardown_s"),
     "vllm": ("max_num_batched_tokens",),
-    "llamacpp": ("repack",),
+    "llamacpp": ("repack", "prefix_caching"),
 }
+LATE_LOAD_FIELDS = ("endpoint", "prefix_len", "prompts")
 
 
 def canonical_arm_json(arm: Arm) -> str:
@@ -525,12 +535,21 @@ def canonical_arm_json(arm: Arm) -> str:
 
     Every field takes part, so adding an Arm field changes every hash (a resume
     across such a change reruns everything, which is the safe side), but for
-    :data:`LATE_ARM_FIELDS` and :data:`LATE_PARAMS` at their defaults.
+    :data:`LATE_ARM_FIELDS`, :data:`LATE_PARAMS` and :data:`LATE_LOAD_FIELDS`
+    at their defaults. A prompts file takes part by its content's digest, not
+    its path: the same mix is the same arm wherever its file lies, and an
+    edited file is another arm.
     """
     fields = arm.model_dump(mode="json")
     for name in LATE_ARM_FIELDS:
         if getattr(arm, name) == Arm.model_fields[name].default:
             del fields[name]
+    if "load" in fields:
+        for name in LATE_LOAD_FIELDS:
+            if fields["load"][name] == LoadRequest.model_fields[name].default:
+                del fields["load"][name]
+        if arm.load.prompts_sha256:
+            fields["load"]["prompts"] = f"sha256:{arm.load.prompts_sha256}"
     defaults = ENGINE_PARAMS[arm.engine].model_fields
     for name in LATE_PARAMS.get(arm.engine, ()):
         if name in fields["params"] and fields["params"][name] == defaults[name].default:

@@ -27,9 +27,10 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator
 
-from omni.spec.arm import Arm, Hosts, Name, SlotRequest, SpecModel
+from omni.spec.arm import Arm, Hosts, Name, SpecModel
 from omni.spec.matrix import merge_matrix, relocate
 from omni.spec.problems import Problem, plain_text, problem, show, validation_error
+from omni.spec.slots import SlotRequest
 
 CONTROL_SUFFIX = ".control"
 DEFAULT_PRIMARY_METRICS = ("decode_tok_s", "ttft_ms", "rss_anon_steady_mb")

@@ -254,6 +254,20 @@ SERVING: tuple[Column, ...] = declare(
         'few to bound the SLO\'s percentile at 95 %); JSON object, e.g. {"rate": "above"} (v11)',
         JSON,
     ),
+    (
+        "capacity_concurrency_bound_at",
+        F64,
+        "requests",
+        "serving: where capacity_bounds says above or below for concurrency, the load the capacity lies "
+        "beyond: the highest level that met the SLO (above) or the lowest tried (below); the arm's interval "
+        "keeps the run as that bound (omni.stats.censored) (v16)",
+    ),
+    (
+        "capacity_rate_bound_at",
+        F64,
+        "req/s",
+        "serving: as capacity_concurrency_bound_at, for rate (v16)",
+    ),
     ("slo", STR, None, "the serving arm's SLO: ttft_ms, tpot_ms at percentile, JSON object (v11)", JSON),
     (
         "load_seed",

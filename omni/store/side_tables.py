@@ -87,9 +87,20 @@ LEVEL_SCHEMA = pa.schema(
         ("requests", _I32),
         ("failed", _I32),
         ("duration_s", _F64),
+        # v16, null before (every figure was then over all the level's requests): the steady window the
+        # figures are over (omni.serving.levels.steady_window), from the first completion to the last
+        # start; the requests in it (failures wherever they happened) and those left out
+        ("window_s", _F64),
+        ("window_requests", _I32),
+        ("excluded_requests", _I32),
+        ("extended", _BOOL),  # run a second time for load.min_duration_s; the longer attempt kept (v16)
         ("request_s", _F64),
         ("output_tok_s", _F64),
         ("goodput_req_s", _F64),
+        # v16, null before: throughput by vllm bench serve's definition, every request over its whole
+        # duration, first wave and drain included (omni.serving.levels.bench_figures)
+        ("bench_output_tok_s", _F64),
+        ("bench_request_s", _F64),
         *_PCTS,
         *_BOUNDS,
         ("asked_rate", _F64),
@@ -98,13 +109,23 @@ LEVEL_SCHEMA = pa.schema(
         ("max_in_flight", _I32),
         ("client_cpu_pct", _F64),
         ("client_thread_pct", _F64),
+        # v16, null before: sampled every 0.5 s between the client's marks, other work on its CPUs (its mean
+        # share of them; the busiest CPU's worst 0.5 s+ window, of one CPU) and CPUs not its own it ran on
+        ("client_foreign_cpu_pct", _F64),
+        ("client_foreign_cpu_peak_pct", _F64),
+        ("client_cpus_outside", pa.list_(_I32)),
         ("client_prompt_tokens", _F64),
         ("server_prompt_tokens", _F64),
         ("output_tokens_check", _STR),
         ("flags", pa.list_(_STR)),
         ("slo_met", _BOOL),  # since v13 on the upper bounds: null where not established (slo_verdict)
         ("slo_verdict", _STR),  # met, not_met, not_established; null: not judged (v13)
+        # the highest percentile (in percent: 91.06 from 32) the level's TTFT and TPOT counts bound
+        # at 95 % (omni.serving.slo.slo_reach): below the SLO's percentile, too few requests are why
+        # it is not established; null where no request succeeded, and before v16
+        ("slo_reach", _F64),
         ("server_metrics", _STR),
+        ("searched", _BOOL),  # chosen by the arm's capacity search (omni.serving.search); null before v16
     ]
 )
 # requests: one row per measured request of a serving level
@@ -126,6 +147,7 @@ REQUEST_SCHEMA = pa.schema(
         ("itl_ms", pa.list_(_F64)),
         ("start_s", _F64),
         ("queue_ms", _F64),
+        ("in_window", _BOOL),  # counted in its level's figures (its steady window, or failed); null before v16
     ]
 )
 SIDE_TABLES = {"iterations": ITERATION_SCHEMA, "ops": OPS_SCHEMA, "levels": LEVEL_SCHEMA, "requests": REQUEST_SCHEMA}

@@ -110,6 +110,17 @@ def _v13_to_v14(table: pa.Table) -> pa.Table:
     return table
 
 
+def _v15_to_v16(table: pa.Table) -> pa.Table:
+    """v16 added where a capacity beyond the levels tried lies
+    (capacity_*_bound_at). Before, such a run stored only "above" or
+    "below" in capacity_bounds; its levels in results/levels hold the
+    load, but an upgrade reads one table: null, and the arm's interval
+    leaves such a run out as it did when it was written. (results/levels
+    gained the steady window and more in v16; side tables are read by
+    their columns' names, and a column they lack reads null.)"""
+    return table
+
+
 def _v14_to_v15(table: pa.Table) -> pa.Table:
     """v15 added a serving run's load generator seed (load_seed): every pass
     then draws its own traffic. Before, every run replayed the arm's
@@ -132,6 +143,7 @@ UPGRADES: dict[int, Callable[[pa.Table], pa.Table]] = {
     12: _v12_to_v13,
     13: _v13_to_v14,
     14: _v14_to_v15,
+    15: _v15_to_v16,
 }
 
 

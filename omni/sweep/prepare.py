@@ -188,10 +188,12 @@ def prepare_sweep(request: SweepRequest, *, shard: Shard | None = None) -> Prepa
     if isinstance(results, S3Path):
         results.require_bucket()  # before anything runs: a typo must not file results elsewhere
     asked = request
+    base = None  # the spec's relative paths (load.prompts) are its folder's
     if request.resume:
         manifest = read_manifest(results, request.resume)
         request = request.resumed(manifest, _spec_copy(results, request, manifest))
-    loaded = load_spec(request.spec)
+        base = Path(manifest["spec_path"]).parent  # the copy's are the original's, not the copy's folder's
+    loaded = load_spec(request.spec, base=base)
     if loaded.sweep.auto and asked.passes is not None and not asked.resume:
         raise OmniError(
             f"--passes {asked.passes}: {loaded.path} has passes: auto, which stops by the sequential rule; "
@@ -356,6 +358,7 @@ def describe_plan(
                 "env": {"OMNI_RUN_ID": item.run_id, **item.arm.env},
                 "command": shlex.join(argv),
                 "client_commands": [shlex.join(c) for c in clients],
+                "search": item.arm.load.search.levels if item.arm.load and item.arm.load.search else None,
                 "model_path": res.model_path,
                 "problem": res.error,
             }

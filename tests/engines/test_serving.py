@@ -68,8 +68,15 @@ def test_serve_smoke_writes_levels_and_requests_pandas_reads(serve_smoke):
         for run, level, m in zip(vllm["run_id"], vllm["level"], scraped)
     }
     assert all(seen[(run, "c=1")] > 0 for run in set(vllm["run_id"])), seen
+    # the steady window: 16 measured a level, the client sent 2 x c more (c=1: 18, c=8: 32), failures all counted
+    assert (levels["window_requests"] >= 16).all() and (
+        levels["requests"] == levels["level"].map({"c=1": 18, "c=8": 32})
+    ).all()
+    assert (levels["window_s"] > 0).all() and not levels["extended"].any()  # min_duration_s: 0
     requests = pd.read_parquet(results / "requests")
-    assert len(requests) == 4 * 2 * 16 and requests["ok"].sum() >= len(requests) - failed["failed"].sum()
+    assert len(requests) == 4 * (18 + 32) and requests["ok"].sum() >= len(requests) - failed["failed"].sum()
+    assert requests["in_window"].sum() == levels["window_requests"].sum()
+    assert requests.loc[~requests["ok"], "in_window"].all()
     done = requests[requests["ok"]]
     assert (done["input_tokens"] == 128).all()
     bad = requests.loc[~requests["ok"], "error"]
@@ -109,7 +116,7 @@ def llama_spec(tmp_path: Path, name: str, load: dict, slots=None) -> Path:
 
 @pytest.mark.timeout(600)
 def test_a_rate_the_server_cannot_hold_is_saturated_and_not_judged(tmp_path):
-    spec = llama_spec(tmp_path, "saturate", {"rate": [400], "requests": 48, "warmup": 1})
+    spec = llama_spec(tmp_path, "saturate", {"rate": [400], "requests": 48, "warmup": 1, "min_duration_s": 0})
     results = tmp_path / "results"
     done = omni("sweep", str(spec), "--results", str(results), timeout=500)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
@@ -118,6 +125,44 @@ def test_a_rate_the_server_cannot_hold_is_saturated_and_not_judged(tmp_path):
     assert level["achieved_rate"] < 0.9 * level["sent_rate"] and level["asked_rate"] == 400
     assert not level["slo_met"]
     assert "1 run(s) saturated" in done.stdout
+
+
+@pytest.mark.timeout(900)
+def test_a_search_finds_llama_servers_capacity_and_keeps_a_run_beyond_its_range(tmp_path):
+    """Two searched arms on llama-server, 2 passes: one under the tight SLO
+    up to 16 in flight (its capacity bracketed between levels the search
+    chose), one whose SLO every level meets up to 2 in flight (each run
+    "above 2", kept in the arm's median as that bound)."""
+    spec = yaml.safe_load(llama_spec(tmp_path, "search", {"concurrency": [1]}).read_text())
+    (arm,) = spec["arms"]
+    load = {"requests": 16, "warmup": 1, "min_duration_s": 0, "slo": {"ttft_ms": 100, "tpot_ms": 100, "percentile": 50}}
+    tight = {**arm, "name": "tight", "load": {**load, "search": {"levels": 5, "max_concurrency": 16}}}
+    loose_slo = {"ttft_ms": 60000, "tpot_ms": 60000, "percentile": 50}
+    loose = {**arm, "name": "loose", "load": {**load, "slo": loose_slo, "search": {"max_concurrency": 2}}}
+    spec.update(passes=2, arms=[tight, loose])
+    path = tmp_path / "search.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    results = tmp_path / "results"
+    done = omni("sweep", str(path), "--results", str(results), timeout=850)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    runs = pd.read_parquet(results / "runs").set_index("run_id")
+    assert set(runs["status"]) == {"ok"}, runs[["arm", "status", "error"]]
+    levels = pd.read_parquet(results / "levels")
+    assert levels["searched"].all()
+    for run_id, mine in levels.groupby("run_id"):
+        path_taken = mine.sort_values("order")["load_value"].tolist()
+        arm = runs.loc[run_id, "arm"]
+        if arm == "loose":
+            assert path_taken == [1.0, 2.0]
+            assert runs.loc[run_id, "capacity_concurrency_bound_at"] == 2.0
+            assert json.loads(runs.loc[run_id, "capacity_bounds"]) == {"concurrency": "above"}
+        else:
+            assert path_taken[0] == 1.0 and len(path_taken) <= 5 and len(set(path_taken)) == len(path_taken)
+            capacity = runs.loc[run_id, "capacity_concurrency"]
+            bound = json.loads(runs.loc[run_id, "capacity_bounds"]).get("concurrency")
+            met = mine.loc[mine["slo_verdict"] == "met", "load_value"]
+            assert (bound is None and met.max() <= capacity <= 16) or bound in ("above", "below"), mine
+    assert "`loose` concurrency: > 2 in flight" in done.stdout and "2 beyond the levels" in done.stdout
 
 
 def test_a_client_on_the_server_core_is_refused_before_anything_runs(tmp_path):

@@ -24,7 +24,8 @@ from hypothesis import strategies as st
 
 from omni.errors import SpecError
 from omni.spec import Sweep, load_spec
-from omni.spec.arm import ENGINE_PARAMS, Arm, SlotRequest
+from omni.spec.arm import ENGINE_PARAMS, Arm
+from omni.spec.slots import SlotRequest
 
 ARM_KEYS = sorted(Arm.model_fields)
 SWEEP_KEYS = sorted(Sweep.known_keys())

@@ -123,6 +123,34 @@ def detailed(n=8, ttft=0.05, per_token=0.01, out=16, gap=0.5, errors=(), duratio
     }
 
 
+def fifo(n, gap, service, out=16):
+    """Open loop: a request every ``gap`` s to a server that serves one at a
+    time, ``service`` s each, in order: its latency is its wait and its service."""
+    starts, ends = [gap * i for i in range(n)], []
+    for s in starts:
+        ends.append(max(s, ends[-1] if ends else 0.0) + service)
+    return trace(starts, [e - s for s, e in zip(starts, ends)], out=out)
+
+
+def trace(starts, latencies, out=16, errors=()):
+    """A --save-detailed result of requests started at ``starts`` (s) taking
+    ``latencies`` (s): a first token after a tenth of it, then ``out - 1``
+    tokens evenly."""
+    n = len(starts)
+    return {
+        "duration": max(s + lat for s, lat in zip(starts, latencies)),
+        "errors": ["boom" if i in errors else "" for i in range(n)],
+        "ttfts": [0.0 if i in errors else lat / 10 for i, lat in enumerate(latencies)],
+        "latencies": [0.0 if i in errors else lat for i, lat in enumerate(latencies)],
+        "output_lens": [0 if i in errors else out for i in range(n)],
+        "input_lens": [128] * n,
+        "itls": [[] if i in errors else [lat * 0.9 / (out - 1)] * (out - 1) for i, lat in enumerate(latencies)],
+        "start_times": [100.0 + s for s in starts],
+        "queue_times": [0.0] * n,
+        "max_concurrent_requests": None,
+    }
+
+
 def test_a_level_computes_its_figures_from_its_requests():
     level = Level("concurrency", 1)
     reqs = request_records(level, detailed())
@@ -130,12 +158,15 @@ def test_a_level_computes_its_figures_from_its_requests():
     assert reqs[0]["tpot_ms"] == pytest.approx(10.0) and reqs[0]["ttft_ms"] == pytest.approx(50.0)
     assert reqs[3]["start_s"] == pytest.approx(1.5)
     record = level_record(level, 0, detailed(), reqs, SLO, NO_CLIENT_LOAD)
-    # every p99 within the limits, but 8 requests bound no p99: not established, never met on the point alone
+    # every p99 within the limits, but 6 requests bound no p99: not established, never met on the point alone
     assert record["flags"] == [] and record["slo_verdict"] == "not_established" and record["slo_met"] is None
     assert record["tpot_p99_ms"] == pytest.approx(10.0) and record["itl_p50_ms"] == pytest.approx(10.0)
-    assert (record["ttft_samples"], record["tpot_samples"], record["itl_samples"]) == (8, 8, 8 * 15)
+    # one in flight: the window (first completion at 0.2 s to the last start at 3.5 s) leaves out the first and last
+    assert (record["window_s"], record["window_requests"], record["excluded_requests"]) == (pytest.approx(3.3), 6, 2)
+    assert [r["in_window"] for r in reqs] == [False] + [True] * 6 + [False]
+    assert (record["ttft_samples"], record["tpot_samples"], record["itl_samples"]) == (6, 6, 6 * 15)
     assert record["tpot_p99_upper95_ms"] is None and record["tpot_p50_upper95_ms"] == pytest.approx(10.0)
-    assert record["output_tok_s"] == pytest.approx(8 * 16 / record["duration_s"])
+    assert record["output_tok_s"] == pytest.approx(6 * 16 / 3.3) and record["requests"] == 8
     assert record["goodput_req_s"] == pytest.approx(record["request_s"])
     strict = {**SLO, "tpot_ms": 5.0}
     assert level_record(level, 0, detailed(), reqs, strict, NO_CLIENT_LOAD)["goodput_req_s"] == 0.0
@@ -173,10 +204,11 @@ def test_a_rate_the_server_cannot_hold_is_saturated_and_fails_its_slo():
     level = Level("rate", 2.0)
     held = detailed(gap=0.5)
     assert level_record(level, 0, held, request_records(level, held), SLO, NO_CLIENT_LOAD)["flags"] == []
-    # sent at 2 req/s, but the last one done 8 s after the last was sent: the queue grew
-    queued = detailed(gap=0.5, duration=3.5 + 8.0)
+    # sent at 2 req/s to a server that finishes one every 0.8 s, one at a time: the queue grows
+    queued = fifo(n=20, gap=0.5, service=0.8)
     record = level_record(level, 0, queued, request_records(level, queued), SLO, NO_CLIENT_LOAD)
     assert record["sent_rate"] == pytest.approx(2.0)
+    assert record["achieved_rate"] == pytest.approx(1 / 0.8, rel=0.1)
     assert record["achieved_rate"] < 0.9 * record["sent_rate"]
     assert record["flags"] == ["saturated"] and record["slo_met"] is False
 
@@ -187,8 +219,8 @@ def test_a_level_meets_its_slo_only_on_the_upper_bound_its_requests_give():
     within the limit with the slowest over it is not established; a p99 over
     the limit is not met, whatever the count."""
     level = Level("concurrency", 1)
-    ttfts = [0.05] * 298 + [0.09]  # one slow first token: the point p99 ~51 ms, the bound 90 ms
-    data = detailed(n=299, ttft=ttfts, gap=0.01)
+    ttfts = [0.05] * 150 + [0.09] + [0.05] * 150  # one slow first token: the point p99 ~51 ms, the bound 90 ms
+    data = detailed(n=301, ttft=ttfts, gap=0.25)  # one in flight: 299 in the window, the first and last out
     reqs = request_records(level, data)
     record = level_record(level, 0, data, reqs, {**SLO, "ttft_ms": 100.0}, NO_CLIENT_LOAD)
     assert record["ttft_p99_ms"] < 60 and record["ttft_p99_upper95_ms"] == pytest.approx(90.0)
@@ -197,8 +229,12 @@ def test_a_level_meets_its_slo_only_on_the_upper_bound_its_requests_give():
     assert tight["slo_verdict"] == "not_established" and tight["slo_met"] is None
     over = level_record(level, 0, data, reqs, {**SLO, "ttft_ms": 40.0}, NO_CLIENT_LOAD)
     assert over["slo_verdict"] == "not_met" and over["slo_met"] is False
-    few = level_record(level, 0, detailed(n=32), request_records(level, detailed(n=32)), SLO, NO_CLIENT_LOAD)
+    few = level_record(level, 0, detailed(n=34), request_records(level, detailed(n=34)), SLO, NO_CLIENT_LOAD)
+    assert few["window_requests"] == 32
     assert few["slo_verdict"] == "not_established" and slo_margin(few, SLO, upper=True) is None
+    # the row says why: 32 requests bound at most p91.06, 299 p99.003
+    assert few["slo_reach"] == pytest.approx(91.06, abs=0.005)
+    assert record["slo_reach"] == pytest.approx(99.003, abs=5e-4)
     assert slo_verdict({**few, "ttft_p99_ms": 3000.0}, SLO) == "not_met"  # over the limit needs no bound
 
 
@@ -378,7 +414,12 @@ def test_a_llama_server_level_gives_each_request_a_connection_of_its_own(tmp_pat
     res = SimpleNamespace(client_python="python", tokenizer_path="/t")
     for engine, closes in (("llamacpp", True), ("vllm", False)):
         arm = SimpleNamespace(
-            engine=engine, name="s", prompt_len=8, max_tokens=4, load=LoadRequest(concurrency=[1], requests=4)
+            engine=engine,
+            name="s",
+            prompt_len=8,
+            max_tokens=4,
+            batch_size=1,
+            load=LoadRequest(concurrency=[1], requests=4),
         )
         argv = client_argv(
             SimpleNamespace(arm=arm, pass_index=0), res, Level("concurrency", 1), "http://h:1", tmp_path / "r"

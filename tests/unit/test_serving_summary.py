@@ -20,8 +20,9 @@ CLIENT = {"client_cpu_pct": 20.0, "client_thread_pct": 30.0}  # a load generator
 
 def detailed(n: int, ttft_s: float) -> dict:
     """``n`` requests one after another, each its first token at ``ttft_s``
-    (the last one 20 % slower) and 15 more 10 ms apart."""
-    ttfts = [ttft_s] * (n - 1) + [ttft_s * 1.2]
+    (the last but one 20 % slower: the last is out of the steady window)
+    and 15 more 10 ms apart."""
+    ttfts = [ttft_s] * (n - 2) + [ttft_s * 1.2, ttft_s]
     return {
         "duration": 0.5 * n,
         "errors": [""] * n,
@@ -46,7 +47,7 @@ def store_serving_sweep(results, arms: dict[str, int]) -> None:
             records = []
             for order, (value, ttft_s) in enumerate([(1, 0.05), (4, 0.09)]):
                 level = Level("concurrency", value)
-                data = detailed(requests, ttft_s * (1 + 0.04 * pass_index))
+                data = detailed(requests + 2, ttft_s * (1 + 0.04 * pass_index))  # the first and last out of the window
                 record = level_record(level, order, data, request_records(level, data), SLO, CLIENT)
                 records.append({**record, "server_metrics": "{}"})
             capacity = run_capacity(records, "concurrency", SLO)
@@ -86,6 +87,18 @@ def test_a_level_of_too_few_requests_is_not_established_and_says_what_they_bound
     )
 
 
+def test_a_levels_row_says_its_requests_are_too_few_to_bound_its_slos_percentile(serving, tmp_path):
+    """Beside ``not_established``, the stored row holds the highest percentile
+    its requests bound (``slo_reach``): 32 bound p91.06, below the SLO's p99,
+    so too few requests are why; 299 bound p99.003."""
+    levels = reading.load_side_table(tmp_path, "levels", SWEEP)
+    few, many = levels[levels["arm"] == "few"], levels[levels["arm"] == "many"]
+    assert set(few.loc[few["level"] == "c=1", "slo_verdict"]) == {"not_established"}
+    assert few["slo_reach"].tolist() == pytest.approx([100 * 0.05 ** (1 / 32)] * 4)  # 91.06
+    assert many["slo_reach"].tolist() == pytest.approx([100 * 0.05 ** (1 / 299)] * 4)  # 99.003
+    assert (few["slo_reach"] < 99).all() and (many["slo_reach"] >= 99).all()
+
+
 def test_a_level_of_enough_requests_meets_its_slo_on_the_bound(serving):
     assert serving.level_slo[("many", "c=1")].describe() == "met 2/2"
     # c=4: the point p99 (90 ms) within the SLO, the bound (the slowest, 108 ms) over it
@@ -100,6 +113,7 @@ def test_a_level_stored_before_the_bounds_is_never_read_as_met(tmp_path):
     path = layout.side_path(tmp_path, "levels", SWEEP, "few-0")
     table = reading.read_parquet(path)
     old = table.drop_columns(["slo_verdict", "ttft_samples", "tpot_samples"])
+    old = old.set_column(old.schema.get_field_index("requests"), "requests", [[32, 32]])  # all measured then
     old = old.set_column(old.schema.get_field_index("slo_met"), "slo_met", [[True, True]])
     path.unlink()
     writing.write_once(path, old)
