@@ -430,41 +430,54 @@ def requests_to_send(level: Level, load: Mapping, batch_size: int, measured: int
     requests, and those in flight at the last start, at most c: ``measured``
     + 2c leaves ``measured`` or more. Open loop at rate r: it leaves out the
     arrivals before the first completion and those in flight at the last
-    arrival. In flight are at most ``batch_size`` on the server's sequences
-    and those waiting for one, r x their mean wait (Little's law); the wait
-    is part of TTFT, so at a level that can meet the SLO it is within the
-    SLO's TTFT limit: 2 x (``batch_size`` + r x that limit) more are sent,
-    enough on average wherever the SLO can be met (beyond it the level
-    saturates and is judged on that). A rate level also measures r x
+    arrival, r x a request's time in the server each (Little's law), which
+    is not known before the level runs: 2 x ``batch_size`` more are sent
+    (the server's sequences, full at each end), and a level whose window
+    then holds fewer than ``measured`` runs once more with the count it
+    lacked (:func:`extended_requests`). A rate level also measures r x
     ``min_duration_s`` requests at least, so its window lasts that long."""
     measured = load["requests"] if measured is None else measured
     if level.kind == "concurrency":
         return min(MAX_REQUESTS, measured + 2 * int(level.value))
-    in_flight = batch_size + math.ceil(level.value * load["slo"]["ttft_ms"] / 1e3)
     measured = max(measured, math.ceil(level.value * load.get("min_duration_s", 0.0)))
-    return min(MAX_REQUESTS, measured + 2 * in_flight)
+    return min(MAX_REQUESTS, measured + 2 * batch_size)
 
 
 def extended_requests(record: Mapping, load: Mapping) -> int | None:
-    """The requests to measure when a level is run once more for its
-    ``min_duration_s``; None when it needs no second run: its window was
-    long enough, or something besides its length keeps it from being judged
+    """The requests to measure when a level is run once more; None when it
+    needs no second run: its window was long enough and held
+    ``load.requests``, or something besides that keeps it from being judged
     (a second run would hide a failure, not mend it).
 
-    A window lasts about its measured requests over the level's completion
-    rate (the requests it sends beyond them fill the first wave and the
-    tail), so the second run measures that rate times ``min_duration_s``,
-    :data:`EXTEND_MARGIN` more for a rate that varies, and never fewer than
-    ``load.requests``. The rate is the window's completions per second, or
-    with no window the level's successes over its whole duration."""
-    if record["flags"] != ["short_window"] or load.get("min_duration_s", 0.0) <= 0:
+    Too short for ``min_duration_s``: a window lasts about its measured
+    requests over the level's completion rate, so the second run measures
+    that rate times ``min_duration_s``, :data:`EXTEND_MARGIN` more for a
+    rate that varies, and never fewer than ``load.requests``. The rate is
+    the window's completions per second, or with no window the level's
+    successes over its whole duration. Too few requests in the window (an
+    open loop's ends took more than :func:`requests_to_send` allowed): the
+    second run sends as many more as the share the first one's window kept
+    asks for, :data:`EXTEND_MARGIN` over. A level still short after it is
+    judged on the requests it has: the bound of its percentile says what
+    they reach (``slo_reach``)."""
+    flags = record["flags"]
+    if flags and flags != ["short_window"]:
         return None
-    rate = record.get("request_s")
-    if not rate and record.get("duration_s"):
-        rate = (record["requests"] - record["failed"]) / record["duration_s"]
-    if not rate:
+    few = record.get("window_requests") is not None and record["window_requests"] < load["requests"]
+    short = flags == ["short_window"] and load.get("min_duration_s", 0.0) > 0
+    if not short and not few:
         return None
-    return min(MAX_REQUESTS, max(load["requests"], math.ceil(rate * load["min_duration_s"] * EXTEND_MARGIN)))
+    wanted = 0
+    if few:  # the share of the sent requests the window kept, held for the second run
+        kept = max(record["window_requests"], 1) / max(record["requests"], 1)
+        wanted = math.ceil(load["requests"] / kept * EXTEND_MARGIN)
+    if short:
+        rate = record.get("request_s")
+        if not rate and record.get("duration_s"):
+            rate = (record["requests"] - record["failed"]) / record["duration_s"]
+        if rate:
+            wanted = max(wanted, load["requests"], math.ceil(rate * load["min_duration_s"] * EXTEND_MARGIN))
+    return min(MAX_REQUESTS, wanted) if wanted else None
 
 
 def meets(request: Mapping, slo: Mapping) -> bool:

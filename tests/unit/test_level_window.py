@@ -130,17 +130,34 @@ def test_a_failed_request_counts_wherever_it_happened():
     assert record["flags"] == ["failed_requests"] and record["slo_verdict"] is None
 
 
-def test_an_open_loop_level_sends_enough_that_its_requests_remain_on_average():
-    """The rule: 2 x (batch_size + rate x the SLO's TTFT) on top, and rate x
-    min_duration_s measured at least. At half the server's capacity the
-    window keeps the requests asked for in every draw."""
+def test_an_open_loop_level_keeps_its_requests_mostly_after_one_more_run():
+    """The rule: 2 x batch_size on top, and rate x min_duration_s measured
+    at least; a window that still holds fewer than asked runs once more,
+    scaled by the share the first window kept, 25 % over. 200 seeded draws
+    of a server of 4 sequences, 1 s each (4 requests/s at most), 29 asked
+    (a p90): at half its capacity 88 % of levels keep them in their first
+    run and 98.5 % by the second; at 90 % (a queue that grows through the
+    level, so longer ends) 30 % and 78 %, and the rest are judged on what
+    they have (docs/serving.md). Seeded: the figures are the same every run."""
     load = {"requests": 29, "min_duration_s": 0.0, "slo": SLO}
     n = requests_to_send(Level("rate", 2.0), load, batch_size=4)
-    assert n == 29 + 2 * (4 + 4)
-    assert requests_to_send(Level("rate", 2.0), {**load, "min_duration_s": 30.0}, batch_size=4) == 60 + 16
+    assert n == 29 + 2 * 4
+    assert requests_to_send(Level("rate", 2.0), {**load, "min_duration_s": 30.0}, batch_size=4) == 60 + 8
     rng = np.random.default_rng(3)
-    kept = [record_of(Level("rate", 2.0), open_loop(n, 2.0, 1.0, 4, rng))[0]["window_requests"] for _ in range(200)]
-    assert min(kept) >= 29 and np.mean(kept) > 35
+    reached = {}
+    for rate in (2.0, 3.6):
+        level, first_ok, second_ok = Level("rate", rate), 0, 0
+        for _ in range(200):
+            first, _ = record_of(level, open_loop(n, rate, 1.0, 4, rng))
+            more = extended_requests(first, load)
+            if first["window_requests"] >= 29:
+                assert more is None
+                first_ok += 1
+                continue
+            again = requests_to_send(level, load, batch_size=4, measured=more)
+            second_ok += record_of(level, open_loop(again, rate, 1.0, 4, rng))[0]["window_requests"] >= 29
+        reached[rate] = (first_ok / 200, (first_ok + second_ok) / 200)
+    assert reached == {2.0: (0.88, 0.985), 3.6: (0.3, 0.78)}
 
 
 def test_a_level_shorter_than_its_minimum_duration_is_flagged_and_its_second_run_is_long_enough():
@@ -275,7 +292,7 @@ def test_the_client_is_asked_for_the_window_and_its_prompt_lengths(tmp_path):
     again = client_argv(item, res, Level("concurrency", 8), "http://h:1", result, requests=50)
     assert again[again.index("--num-prompts") + 1] == str(50 + 2 * 8)
     rate = client_argv(item, res, Level("rate", 2.0), "http://h:1", tmp_path / "level-r=2.json")
-    assert rate[rate.index("--num-prompts") + 1] == str(20 + 2 * (4 + 4))  # 2/s x 10 s, and the edges
+    assert rate[rate.index("--num-prompts") + 1] == str(20 + 2 * 4)  # 2/s x 10 s, and the edges
 
 
 def test_the_smoke_spec_keeps_its_levels_short():
