@@ -53,6 +53,10 @@ RATE_DRAW_ALPHA = 0.001
 # a level run again for its min_duration_s asks for this much more than the
 # window it had suggests: its rate varies between attempts
 EXTEND_MARGIN = 1.25
+# a level whose window kept less than this share of its requests is not run again for more:
+# its ends are most of it (a queue that grows through it), and more requests would grow them too
+MIN_KEPT_SHARE = 0.25
+SATURATED_ONLY = {"saturated", "short_window"}
 MAX_REQUESTS = 100_000  # per level, as LoadRequest.requests allows
 
 
@@ -363,13 +367,23 @@ def level_record(
     good = [r for r in ok if meets(r, slo)]
     rate = record["request_s"]
     record["goodput_req_s"] = rate * len(good) / len(measured) if rate is not None and measured else None
-    arrivals = sorted(r["start_s"] for r in requests if window.arrived(r))
+    held = rate
+    if window.duration_s is None:
+        # nothing completed before the last request was sent: every arrival and completion of
+        # the level says whether the server held the rate (a queue that only grew)
+        arrivals = sorted(r["start_s"] for r in requests if r["start_s"] is not None)
+        ends = [r for r in requests if r["ok"]]
+        fastest = min((r["e2e_ms"] for r in ends), default=0.0) / 1e3
+        whole = record["duration_s"] - fastest
+        held = len(ends) / whole if ends and whole > 0 else None
+    else:
+        arrivals = sorted(r["start_s"] for r in requests if window.arrived(r))
     spread = arrivals[-1] - arrivals[0] if arrivals else 0.0
     sent = (len(arrivals) - 1) / spread if spread > 0 else None
     record.update(
         asked_rate=level.value if level.kind == "rate" else None,
         sent_rate=sent if level.kind == "rate" else None,
-        achieved_rate=rate if level.kind == "rate" else None,
+        achieved_rate=held if level.kind == "rate" else None,
     )
     record["client_prompt_tokens"] = client_prompt_tokens(prompt_lens, warmup)
     record["server_prompt_tokens"] = server_prompt_tokens(server_metrics or {})
@@ -377,7 +391,8 @@ def level_record(
     record["flags"] = level_flags(record, min_duration_s)
     if level.kind == "rate" and sent is not None and not rate_sent(sent, level.value, len(arrivals), burstiness):
         record["flags"].append("rate_not_sent")
-    judged = not record["flags"] or record["flags"] == ["saturated"]
+    # saturated is a verdict of its own (not met), however short its window: the queue only grew
+    judged = not record["flags"] or ("saturated" in record["flags"] and set(record["flags"]) <= SATURATED_ONLY)
     record["slo_verdict"] = slo_verdict(record, slo) if judged else None
     record["slo_met"] = {"met": True, "not_met": False}.get(record["slo_verdict"])
     record["slo_reach"] = slo_reach(record)  # beside not_established, whether too few requests are why
@@ -469,7 +484,9 @@ def extended_requests(record: Mapping, load: Mapping) -> int | None:
         return None
     wanted = 0
     if few:  # the share of the sent requests the window kept, held for the second run
-        kept = max(record["window_requests"], 1) / max(record["requests"], 1)
+        kept = record["window_requests"] / max(record["requests"], 1)
+        if kept < MIN_KEPT_SHARE:
+            return None  # a window of almost nothing: more requests would not steady it
         wanted = math.ceil(load["requests"] / kept * EXTEND_MARGIN)
     if short:
         rate = record.get("request_s")

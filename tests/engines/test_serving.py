@@ -165,6 +165,35 @@ def test_a_search_finds_llama_servers_capacity_and_keeps_a_run_beyond_its_range(
     assert "`loose` concurrency: > 2 in flight" in done.stdout and "2 beyond the levels" in done.stdout
 
 
+@pytest.mark.timeout(600)
+def test_a_request_mix_on_llama_servers_chat_endpoint_with_its_prompt_cache(tmp_path):
+    """arms/serve-mix.yaml's llama-server arm with its prompt cache on: a
+    file of prompts sharing a 256-token system prompt, sent to the chat
+    endpoint. Both sides count the same prompt tokens (the cached ones
+    included), the cache served some, and no level is flagged."""
+    mix = yaml.safe_load((REPO / "arms" / "serve-mix.yaml").read_text())
+    arm = next(a for a in mix["arms"] if a["name"] == "llamacpp-chat-cached")
+    arm["load"] = {**arm["load"], "prompts": str(REPO / "arms" / "serve-mix.jsonl"), "concurrency": [2]}
+    arm["load"]["min_duration_s"] = 0
+    spec = {**mix, "name": "mix", "passes": 1, "arms": [arm]}
+    spec.pop("baseline")
+    path = tmp_path / "mix.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    results = tmp_path / "results"
+    done = omni("sweep", str(path), "--results", str(results), timeout=550)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (run,) = pd.read_parquet(results / "runs").to_dict("records")
+    assert run["status"] == "ok", run["error"]
+    assert "--cache-prompt" in run["command"] and "chat" in run["arm_json"]
+    (level,) = pd.read_parquet(results / "levels").to_dict("records")
+    assert list(level["flags"]) == [], level
+    assert level["server_prompt_tokens"] == level["client_prompt_tokens"]
+    metrics = json.loads(level["server_metrics"])
+    assert metrics["llamacpp:prompt_tokens_cached_total"]["change"] > 0, metrics
+    requests = pd.read_parquet(results / "requests")
+    assert requests["ok"].all() and requests["input_tokens"].nunique() > 1  # lengths from the file, not one
+
+
 def test_a_client_on_the_server_core_is_refused_before_anything_runs(tmp_path):
     spec = tmp_path / "same-core.yaml"
     data = yaml.safe_load(SMOKE.read_text())

@@ -298,3 +298,17 @@ def test_the_client_is_asked_for_the_window_and_its_prompt_lengths(tmp_path):
 def test_the_smoke_spec_keeps_its_levels_short():
     spec = load_spec(REPO / "arms" / "serve-smoke.yaml")
     assert {arm.load.min_duration_s for arm in spec.sweep.arms} == {0.0}
+
+
+def test_a_rate_sent_before_anything_completed_is_saturated_and_not_run_again():
+    """400 requests/s to a server of 4 sequences, 1 s each: all 56 are sent
+    before the first completes, the window is empty, and the level's whole
+    arrivals and completions say it did not hold the rate; a second run
+    with more requests would only grow its queue."""
+    load = {"requests": 48, "min_duration_s": 0.0, "slo": SLO}
+    level = Level("rate", 400.0)
+    record, _ = record_of(level, open_loop(56, 400.0, 1.0, 4, np.random.default_rng(5)))
+    assert record["window_s"] is None and "saturated" in record["flags"] and "short_window" in record["flags"]
+    assert record["achieved_rate"] < 0.1 * record["sent_rate"]
+    assert extended_requests(record, load) is None
+    assert record["slo_verdict"] == "not_met"  # saturated however short: the queue only grew
