@@ -30,29 +30,11 @@ from omni.serving.run import client_argv, prompt_lens_path, read_prompt_lens
 from omni.serving.window import steady_window
 from omni.spec import load_spec, validate_sweep
 from tests.conftest import REPO
+from tests.traces import trace
 
 SLO = {"ttft_ms": 2000.0, "tpot_ms": 100.0, "percentile": 50}
 QUIET_CLIENT = {"client_cpu_pct": 20.0, "client_thread_pct": 30.0, "client_foreign_cpu_peak_pct": 1.0}
 SEND_GAP_S = 0.001  # the client sends the next request this long after a completion frees its slot
-
-
-def trace(starts, latencies, out=16, errors=()):
-    """A --save-detailed result of requests started at ``starts`` (s) taking
-    ``latencies`` (s): a first token after a tenth of it, then ``out - 1``
-    tokens evenly; a failed one (``errors``) has no times."""
-    n = len(starts)
-    return {
-        "duration": max(s + lat for s, lat in zip(starts, latencies)),
-        "errors": ["boom" if i in errors else "" for i in range(n)],
-        "ttfts": [0.0 if i in errors else lat / 10 for i, lat in enumerate(latencies)],
-        "latencies": [0.0 if i in errors else lat for i, lat in enumerate(latencies)],
-        "output_lens": [0 if i in errors else out for i in range(n)],
-        "input_lens": [128] * n,
-        "itls": [[] if i in errors else [lat * 0.9 / (out - 1)] * (out - 1) for i, lat in enumerate(latencies)],
-        "start_times": [100.0 + s for s in starts],
-        "queue_times": [0.0] * n,
-        "max_concurrent_requests": None,
-    }
 
 
 def closed_loop(n, c, latency, errors=()):

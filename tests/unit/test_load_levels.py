@@ -24,6 +24,7 @@ from omni.spec import validate_sweep
 from omni.spec.arm import LoadRequest
 from omni.stats.quantiles import upper_rank
 from tests.conftest import xeon_8480c_2s
+from tests.traces import trace
 
 SLO = {"ttft_ms": 2000.0, "tpot_ms": 100.0, "percentile": 99}
 NO_CLIENT_LOAD = {"client_cpu_pct": 20.0, "client_thread_pct": 30.0}
@@ -130,25 +131,6 @@ def fifo(n, gap, service, out=16):
     for s in starts:
         ends.append(max(s, ends[-1] if ends else 0.0) + service)
     return trace(starts, [e - s for s, e in zip(starts, ends)], out=out)
-
-
-def trace(starts, latencies, out=16, errors=()):
-    """A --save-detailed result of requests started at ``starts`` (s) taking
-    ``latencies`` (s): a first token after a tenth of it, then ``out - 1``
-    tokens evenly."""
-    n = len(starts)
-    return {
-        "duration": max(s + lat for s, lat in zip(starts, latencies)),
-        "errors": ["boom" if i in errors else "" for i in range(n)],
-        "ttfts": [0.0 if i in errors else lat / 10 for i, lat in enumerate(latencies)],
-        "latencies": [0.0 if i in errors else lat for i, lat in enumerate(latencies)],
-        "output_lens": [0 if i in errors else out for i in range(n)],
-        "input_lens": [128] * n,
-        "itls": [[] if i in errors else [lat * 0.9 / (out - 1)] * (out - 1) for i, lat in enumerate(latencies)],
-        "start_times": [100.0 + s for s in starts],
-        "queue_times": [0.0] * n,
-        "max_concurrent_requests": None,
-    }
 
 
 def test_a_level_computes_its_figures_from_its_requests():
