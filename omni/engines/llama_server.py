@@ -6,7 +6,7 @@ and an offline llama.cpp arm of one config run the same model the same way.
 from __future__ import annotations
 
 from omni.engines.llamacpp import n_batch
-from omni.models.factory import CHAT_TEMPLATE, PRESETS
+from omni.models.factory import served_chat_template
 
 
 def http_threads(arm: dict) -> int:
@@ -82,6 +82,5 @@ def chat_template_flags(arm: dict) -> list[str]:
     """A chat arm on a factory model: the factory's chat template, which its
     files lack (omni.models.factory.CHAT_TEMPLATE), through llama.cpp's Jinja
     engine; another model's GGUF brings its own."""
-    if (arm.get("load") or {}).get("endpoint") != "chat" or arm.get("model") not in PRESETS:
-        return []
-    return ["--jinja", "--chat-template", CHAT_TEMPLATE]
+    template = served_chat_template(arm)
+    return ["--jinja", "--chat-template", template] if template else []

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from omni.engines.protocol import log, mark_phase
 from omni.engines.vllm import ask_head_report, bind_threads, engine_kwargs, model_quantization, select_patches
-from omni.models.factory import CHAT_TEMPLATE, PRESETS
+from omni.models.factory import served_chat_template
 
 # engine_kwargs keys that are no server flags: the server loads the tokenizer itself
 NOT_FLAGS = ("skip_tokenizer_init",)
@@ -57,8 +57,8 @@ def server_argv(arm: dict) -> list[str]:
             argv[:0] = ["--model", str(value)]
         else:
             argv += [flag, json.dumps(value) if isinstance(value, dict) else str(value)]
-    if (arm.get("load") or {}).get("endpoint") == "chat" and arm.get("model") in PRESETS:
-        argv += ["--chat-template", CHAT_TEMPLATE]
+    if template := served_chat_template(arm):
+        argv += ["--chat-template", template]
     return argv
 
 

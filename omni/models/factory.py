@@ -250,6 +250,14 @@ def write_tokenizer(out: Path, shape: Shape) -> None:
 CHAT_TEMPLATE = "{% for message in messages %}{{ message['content'] }}{% endfor %}"
 
 
+def served_chat_template(arm: dict) -> str | None:
+    """The template a server of ``arm`` is given for the chat endpoint: the
+    factory's (:data:`CHAT_TEMPLATE`) for a chat arm on a factory model,
+    whose files carry none; None otherwise (another model brings its own)."""
+    chat = (arm.get("load") or {}).get("endpoint") == "chat"
+    return CHAT_TEMPLATE if chat and arm.get("model") in PRESETS else None
+
+
 def permute_rope(w: np.ndarray, heads: int) -> np.ndarray:
     """HF's rotate-half q/k row order -> llama.cpp's interleaved (convert_hf_to_gguf.py)."""
     return w.reshape(heads, 2, w.shape[0] // heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)

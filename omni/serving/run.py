@@ -249,6 +249,11 @@ def client_argv(
     return [*module, *own, *flags, "--result-dir", str(result.parent), "--result-filename", result.name]
 
 
+def level_result_path(workdir: Path, level: Level) -> Path:
+    """Where a level's load generator writes its ``--save-detailed`` result."""
+    return workdir / f"level-{level.key}.json"
+
+
 def prompt_lens_path(result: Path) -> Path:
     """Where the load generator writes its requests' prompt lengths: beside its result."""
     return result.with_name(f"{result.stem}.prompt_lens.json")
@@ -278,7 +283,7 @@ def planned_commands(
     clients = [
         pin_argv(
             item.slot.client_slot(),
-            client_argv(item, res, lv, base_url, workdir / f"level-{lv.key}.json"),
+            client_argv(item, res, lv, base_url, level_result_path(workdir, lv)),
             numactl_path(),
         )[0]
         for lv in islice(run_levels(item, load, seed, []), None if not load.get("search") else 1)
@@ -310,7 +315,7 @@ def run_level(
 ) -> tuple[dict, dict, ClientWatch, str | None]:
     """One level: the load generator's result (``--save-detailed``), its CPU
     use and what the server reported meanwhile."""
-    result = workdir / f"level-{level.key}.json"
+    result = level_result_path(workdir, level)
     result.unlink(missing_ok=True)
     prompt_lens_path(result).unlink(missing_ok=True)
     argv = client_argv(item, res, level, base_url, result, requests)
@@ -418,7 +423,7 @@ def attempt_level(
         load["warmup"],
         check,
         load["burstiness"],
-        prompt_lens=read_prompt_lens(prompt_lens_path(workdir / f"level-{level.key}.json")),
+        prompt_lens=read_prompt_lens(prompt_lens_path(level_result_path(workdir, level))),
         min_duration_s=load["min_duration_s"],
     )
     record["server_metrics"] = json.dumps(server_metrics, sort_keys=True)
