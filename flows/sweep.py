@@ -17,7 +17,7 @@ from prefect.states import Completed, Failed
 from flows.fleet import run_fleet
 from flows.runs import failure_summary, run_items, warn_host_conditions, watch_worker
 from omni.errors import OmniError, disk_full
-from omni.history.compare import Change, nightly_changes, sweep_history
+from omni.history.compare import Change, nightly_changes, release_regressions, sweep_history
 from omni.report.html import html_report
 from omni.report.markdown import summary_markdown, write_outputs
 from omni.report.summary import summarize_sweep
@@ -89,6 +89,15 @@ def newest_regressions(results: str, sweep_name: str, sweep_id: str) -> list[Cha
     return [c for c in changes if c.sweep_id == sweep_id and c.kind == "regression"]
 
 
+def newest_release_regressions(results: str, sweep_id: str) -> list:
+    """Arms on an env following the newest release, worse than the pinned
+    baseline in this sweep (omni.history.compare.release_regressions)."""
+    try:
+        return release_regressions(results, sweep_id)
+    except OmniError:  # no ok runs at all: the flow's state already says so
+        return []
+
+
 def regression_summary(regressions: list[Change]) -> str:
     lines = [f"{len(regressions)} regression(s) against the earlier sweeps of this spec:"]
     lines += [
@@ -97,6 +106,11 @@ def regression_summary(regressions: list[Change]) -> str:
         for c in regressions
     ]
     return "\n".join(lines)
+
+
+def release_summary(releases) -> str:
+    lines = [f"{len(releases)} regression(s) of the newest release against the pinned one, in this sweep:"]
+    return "\n".join([*lines, *(c.describe() for c in releases)])
 
 
 def publish_regressions(sweep_id: str, regressions: list[Change]) -> None:
@@ -156,21 +170,26 @@ def sweep(request: SweepRequest):
     regressions = (
         newest_regressions(results, prepared.loaded.sweep.name, prepared.sweep_id) if request.fail_on_regression else []
     )
+    releases = newest_release_regressions(results, prepared.sweep_id) if request.fail_on_regression else []
     summary = {
         "sweep_id": prepared.sweep_id,
         "runs": outcomes,
         "failed": failed,
         "regressions": [asdict(c) for c in regressions],
+        "release_regressions": [asdict(c) for c in releases],
         "lost": lost,
     }
     if regressions:
         publish_regressions(prepared.sweep_id, regressions)
         log.warning("%s", regression_summary(regressions))
-    if failed or regressions:
+    if releases:
+        log.warning("%s", release_summary(releases))
+    if failed or regressions or releases:
         parts = (
             lost
             + ([failure_summary(failed, len(outcomes))] if failed else [])
             + ([regression_summary(regressions)] if regressions else [])
+            + ([release_summary(releases)] if releases else [])
         )
         return Failed(message="\n".join(parts), data=summary)
     skipped = sum(o["status"] == SKIPPED for o in outcomes)

@@ -12,6 +12,7 @@ import typer
 
 from flows.prefect_server import prefect_api, start_ephemeral_server, temporary_api_url
 from omni.cli import render
+from omni.cli.bisect import bisect
 from omni.cli.console import err, out, show, with_progress
 from omni.cli.fleet import hosts, serve, worker
 from omni.cli.host import host_app
@@ -561,6 +562,7 @@ app.add_typer(env_app, name="env")
 app.add_typer(models_app, name="models")
 app.add_typer(host_app, name="host")
 app.command()(simulate)
+app.command()(bisect)
 
 
 def main() -> None:

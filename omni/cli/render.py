@@ -60,7 +60,7 @@ def _plain(value: Any) -> str:
     return str(value)
 
 
-def resolved_arm(arm) -> dict[str, Any]:
+def resolved_arm(arm, declared) -> dict[str, Any]:
     """The arm as it runs: its fields with omni's defaults filled in where the
     spec left them to omni (engine env, patches) and its identity hash."""
     from omni.envs.resources import env_name
@@ -68,9 +68,17 @@ def resolved_arm(arm) -> dict[str, Any]:
     from omni.vllm_plugin.names import PATCHES
 
     fields = arm.model_dump(mode="json")
-    fields["engine_env"] = env_name(arm)
+    fields["engine_env"] = env_name(arm, declared)
     fields["patches"] = list(PATCHES) if arm.patches == "all" else [] if arm.patches == "none" else arm.patches
     return {**fields, "hash": arm_hash(arm)}
+
+
+def spec_envs(sweep):
+    """The envs the sweep's arms can name: envs.yaml's and its own."""
+    from omni import REPO_ROOT
+    from omni.spec.envs import declared_envs
+
+    return declared_envs(REPO_ROOT, sweep.envs)
 
 
 # What an unset field means, where None alone would say nothing.
@@ -119,10 +127,11 @@ def arms(loaded) -> str:
     settings = [(k, getattr(sweep, k), at_default[k]) for k in type(sweep).model_fields if k not in ("name", "arms")]
     settings = [(k, v.model_dump() if hasattr(v, "model_dump") else v, d) for k, v, d in settings]
     lines = [*head, "", "settings:", *_key_values(settings, "  ")]
+    declared = spec_envs(sweep)
     for arm in sweep.arms:
         role = " (baseline)" if arm.name == sweep.baseline_arm else ""
         role = f" (A/A control: a replica of {sweep.baseline_arm})" if arm.name == control else role
-        resolved = resolved_arm(arm)
+        resolved = resolved_arm(arm, declared)
         at_default = _fields_at_default(arm)
         at_default["patches"] = arm.patches == ("all" if arm.engine == "vllm" else "none")  # vLLM arms: all
         fields = [(k, resolved[k], at_default[k]) for k in type(arm).model_fields if k not in ("name", "params")]
@@ -145,7 +154,7 @@ def arms_json(loaded) -> str:
         "sha256": loaded.sha256,
         "baseline": sweep.baseline_arm,
         "control_arm": sweep.control_arm,
-        "arms": [resolved_arm(arm) for arm in sweep.arms],
+        "arms": [resolved_arm(arm, spec_envs(sweep)) for arm in sweep.arms],
     }
     return json.dumps(record, indent=2)
 
@@ -378,18 +387,29 @@ def retraction(row: Mapping, path) -> str:
 # --- omni env, stack, models ---
 
 
-def env_list(entries: Iterable[tuple[str, Any, bool]]) -> str:
-    """``omni env list``: (name, built env info or None, whether a stamp exists) per env."""
+def env_list(entries: Iterable[Any]) -> str:
+    """``omni env list``: one block per declared env (omni.envs.inventory.EnvEntry)."""
     lines = []
-    for name, info, stamped in entries:
-        state = "built" if info else ("stale (declaration changed)" if stamped else "not built")
-        detail = (
-            f" key {info.key} freeze {info.freeze_sha256[:12]} built {info.built_at} in {info.build_s} s"
-            if info
-            else ""
-        )
-        lines.append(f"{name:<20} {state}{detail}")
+    for e in entries:
+        versions = ", ".join(f"{k} {v}" for k, v in e.versions.items()) or "-"
+        size = quantity(e.size_bytes, "B") if e.size_bytes is not None else "-"
+        lines.append(f"{e.name:<22} {e.state}")
+        detail = [f"versions {versions}", f"size {size}"]
+        detail += [f"llama.cpp commit {e.commit}"] if e.commit else []
+        detail += [f"built {e.built_at}, key {e.key}"] if e.built_at else []
+        lines.append(f"{'':<22} " + "; ".join(detail))
     return "\n".join(lines)
+
+
+def env_prune(found: Iterable[Any], dry_run: bool) -> str:
+    """``omni env prune``: what goes (or would), and why."""
+    found = list(found)
+    if not found:
+        return "nothing to prune: every built env is declared or used by a stored row"
+    verb = "would remove" if dry_run else "removed"
+    lines = [f"{verb} {item.path} ({quantity(item.size_bytes, 'B')}): {item.why}" for item in found]
+    total = sum(item.size_bytes for item in found)
+    return "\n".join([*lines, f"{verb} {len(found)} env(s), {quantity(total, 'B')}"])
 
 
 def key_values(pairs: Mapping[str, Any]) -> str:

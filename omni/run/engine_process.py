@@ -50,8 +50,11 @@ def engine_argv(item: PlanItem, workdir: Path, python: str, simulate: bool = Fal
     return (argv, "none") if simulate else pin_argv(item.slot, argv, numactl_path())
 
 
-def engine_env(item: PlanItem) -> dict[str, str]:
+def engine_env(item: PlanItem, env_vars: dict[str, str] | None = None) -> dict[str, str]:
+    """The engine process's environment: omni's, the engine env's declared
+    variables, then the arm's own (an arm's setting wins)."""
     env = dict(os.environ)
+    env.update(env_vars or {})
     env.update(item.arm.env)
     env[RUN_ID_VAR] = item.run_id
     env["PYTHONUNBUFFERED"] = "1"

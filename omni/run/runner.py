@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from omni.envs.resources import ArmResources, env_name
+from omni.envs.resources import ArmResources
 from omni.errors import naming
 from omni.host.conditions import host_conditions
 from omni.host.placement import explain_busy, measure_busy
@@ -116,7 +116,7 @@ def base_row(ctx: RunContext, item: PlanItem) -> dict:
         "forced": False,
         "profiled": item.profiled,
         "engine": arm.engine,
-        "engine_env": env_name(arm),
+        "engine_env": (ctx.resources.get(arm.name) or ArmResources()).env,
         "model": arm.model,
         # vLLM reads its weights into anonymous memory: not mapped, and a memory
         # comparison must see it so (omni.measure.kv), not as unknown
@@ -216,7 +216,10 @@ def run_arm(ctx: RunContext, item: PlanItem) -> dict:
         warn(row, rule, message)
     res = ctx.resources.get(item.arm.name) or ArmResources(error=f"arm {item.arm.name!r} was never resolved")
     row.update(
-        model_digest=res.model_digest, engine_env_key=res.env_key, engine_env_freeze_sha256=res.env_freeze_sha256
+        model_digest=res.model_digest,
+        engine_env_key=res.env_key,
+        engine_env_freeze_sha256=res.env_freeze_sha256,
+        engine_env_pins=res.env_pins,
     )
     if res.error:
         row.update(status="invalid", error=res.error, finished_at=now_utc())
@@ -236,7 +239,7 @@ def run_arm(ctx: RunContext, item: PlanItem) -> dict:
         return serving_row(ctx, item, res, row, workdir)
     argv, method = engine_argv(item, workdir, res.python, ctx.simulate_placement)
     row["command"] = json.dumps(argv)
-    env = engine_env(item)
+    env = engine_env(item, res.env_vars)
     row["env_vars"] = behaviour_env(env)  # what omni passed; the engine's own report replaces it
     BOARD.phase(item.run_id, "starting the engine")
     with EngineProcess(argv, env, item.run_id, workdir / "engine.log", item.slot.cpus) as proc:

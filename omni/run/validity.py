@@ -70,7 +70,10 @@ def fill_audits(row: dict, per_iteration: list[dict], fresh: dict | None) -> Non
     max_tokens makes the run ``invalid`` (its rates assume max_tokens); timed
     repeats faster than their first sight beyond noise are a warning, unless
     the arm turned a prefix cache on, when they are what it asked for; steps
-    that served only part of the batch are a warning (not_lock_step)."""
+    that served only part of the batch are a warning (not_lock_step), unless
+    the arm let vLLM step while its batch was added (``admission:
+    as_generate``, ``vllm bench latency``'s way), when they are what it asked
+    for: ``partial_steps`` and ``lock_step`` count them either way."""
     tokens = audit_tokens(row["max_tokens"], per_iteration)
     row["tokens_mismatch_iterations"] = tokens.mismatched
     if tokens.mismatched:
@@ -83,8 +86,9 @@ def fill_audits(row: dict, per_iteration: list[dict], fresh: dict | None) -> Non
         warn(row, "tokens_mismatch", message)
         if row["status"] == "ok":
             row.update(status="invalid", error=message)
+    params = row.get("engine_params") or {}  # a dict here: base_row's, before the store dumps it to JSON
     partial, steps, iterations = partial_step_counts(per_iteration)
-    if partial:
+    if partial and params.get("admission") != "as_generate":
         warn(
             row,
             "not_lock_step",
@@ -97,7 +101,7 @@ def fill_audits(row: dict, per_iteration: list[dict], fresh: dict | None) -> Non
     repeats = audit_repeats([p["ttft_ms"] for p in per_iteration], fresh_ms)
     row["audit_fresh_ttft_ms"] = fresh_ms
     row["audit_repeat_ttft_ratio"], row["audit_repeat_ttft_cv"] = repeats.ratio, repeats.cv
-    if repeats.faster and not (row.get("engine_params") or {}).get("prefix_caching"):
+    if repeats.faster and not params.get("prefix_caching"):
         warn(
             row,
             "repeat_faster",

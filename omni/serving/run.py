@@ -439,7 +439,7 @@ def run_serving(item: PlanItem, res, row: dict, workdir: Path, payload: dict, ti
     base_url = f"http://{HOST}:{port}"
     argv, method = pin_argv(item.slot, server_argv(item, res.python, workdir, payload), numactl_path())
     row["command"] = json.dumps(argv)
-    env = engine_env(item)
+    env = engine_env(item, res.env_vars)
     load = item.arm.load.model_dump()
     row["load_seed"] = workload_seed(load["seed"], item.pass_index)  # client_argv's
     records, requests = [], []

@@ -1,5 +1,6 @@
-"""The spec's models: an arm, its engine's parameters, a serving arm's load,
-a fleet's hosts, and an arm's identity (where runs go on a host: :mod:`omni.spec.slots`).
+"""The spec's models: an arm, its engine's parameters, a fleet's hosts, and
+an arm's identity (a serving arm's load: :mod:`omni.spec.load`; where runs
+go on a host: :mod:`omni.spec.slots`; engine envs: :mod:`omni.spec.envs`).
 
 The models are strict: a spec is typed data, so ``threads: "2"`` or
 ``crash: yes`` is more likely a slip than a wish, and is an error. Each
@@ -11,95 +12,29 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
-from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 from pydantic import (
-    AfterValidator,
     BaseModel,
-    ConfigDict,
     Field,
-    PrivateAttr,
-    ValidationError,
     ValidationInfo,
     field_validator,
     model_validator,
 )
 
-from omni.spec.problems import plain_text, problem, show, validation_error
-from omni.spec.prompts import (
-    PromptsFile,
-    checked_prompts_file,
-    prompts_file_problems,
-    prompts_path,
-    random_prompt_problems,
-)
-from omni.vllm_plugin import names as vllm_names
-
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.=+-]*$")
-_NAME_MAX = 80
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
-def _check_name(value: str) -> str:
-    if len(value) > _NAME_MAX:
-        raise problem(f"must be at most {_NAME_MAX} characters, got {len(value)}")
-    if not _NAME.match(value):
-        raise problem(
-            f"{value!r} is not a valid name: use letters, digits and _ . = + - (starting with a letter or digit)"
-        )
-    return value
-
-
-def _matching(pattern: re.Pattern, what: str):
-    """A validator: the value must match ``pattern``, else it is not ``what``."""
-
-    def check(value: str) -> str:
-        if not pattern.match(value):
-            raise problem(f"{value!r} is not {what}")
-        return value
-
-    return check
-
-
-_check_env_name = _matching(ENV_NAME, "an environment variable name (letters, digits and _, not starting with a digit)")
-HOST_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
-_check_host_name = _matching(
+from omni.spec.base import (  # noqa: F401  (the names every spec module imports from here)
+    ENV_NAME,
     HOST_NAME,
-    "a fleet host name: lower-case letters, digits, _ and - (starting with a "
-    "letter or digit, at most 63), as given to omni worker --host",
+    EnvName,
+    Name,
+    SpecModel,
+    _check_host_name,
+    _check_name,
 )
-
-
-Name = Annotated[str, AfterValidator(_check_name)]
-EnvName = Annotated[str, AfterValidator(_check_env_name)]
-
-
-class SpecModel(BaseModel):
-    """Base of every spec model: unknown keys rejected, immutable, no coercion."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
-
-    @model_validator(mode="wrap")
-    @classmethod
-    def _plain_errors(cls, data: Any, handler: Any) -> Any:
-        # Rewritten here, where the model is known, so "unknown key" can list
-        # this model's keys and callers outside load_spec get plain words too.
-        try:
-            return cls._validate(data, handler)
-        except ValidationError as err:
-            problems = [(e["loc"], plain_text(e, cls)) for e in err.errors()]
-            raise validation_error(cls.__name__, problems) from None
-
-    @classmethod
-    def _validate(cls, data: Any, handler: Any) -> Any:
-        """Hook for a model that reshapes its input first (Sweep expands matrix:)."""
-        return handler(data)
-
-    @classmethod
-    def known_keys(cls) -> list[str]:
-        return list(cls.model_fields)
+from omni.spec.load import SERVED_ENGINES, LoadRequest, LoadSearch, Slo  # noqa: F401
+from omni.spec.problems import problem, show, validation_error
+from omni.spec.prompts import prompts_file_problems, random_prompt_problems
+from omni.vllm_plugin import names as vllm_names
 
 
 class SyntheticParams(SpecModel):
@@ -158,6 +93,14 @@ class VllmParams(SpecModel):
     # is not decoded in lock step (the not_lock_step warning). None: enough for
     # the whole batch's prefill in one step (omni.engines.vllm.batched_tokens)
     max_num_batched_tokens: int | None = Field(None, ge=1)
+    # How a generation's batch reaches vLLM's engine core (omni.engines.vllm.timed_generate).
+    # paused: added with the scheduler paused, so its first step sees every
+    # prompt (lock step, unless max_num_batched_tokens chunks the prefill).
+    # as_generate: added as LLM.generate adds it (`vllm bench latency`): the
+    # engine core steps on the first request while the others are added, so
+    # early steps hold part of the batch; partial_steps counts them, and the
+    # arm asked for them (no not_lock_step warning)
+    admission: Literal["paused", "as_generate"] = "paused"
 
 
 class LlamacppParams(SpecModel):
@@ -204,169 +147,6 @@ class ProfileRequest(SpecModel):
     steps: int = Field(16, ge=1, le=256)  # engine steps (forward passes) profiled per run
     # profiled runs of the arm; 2 or more measure the op-level noise between runs
     passes: int = Field(3, ge=1, le=100)
-
-
-SERVED_ENGINES = ("vllm", "llamacpp")
-
-
-class Slo(SpecModel):
-    """A serving level's service-level objective: its TTFT and TPOT at a
-    percentile. The defaults are MLPerf Inference's Llama-3.1-8B server limits
-    (TTFT 2 s and TPOT 100 ms at p99): a stated default, shown in every
-    capacity figure, not a hidden one."""
-
-    ttft_ms: float = Field(2000.0, gt=0)
-    tpot_ms: float = Field(100.0, gt=0)
-    percentile: Literal[50, 90, 99] = 99
-
-
-class LoadSearch(SpecModel):
-    """``load.search``: find the highest load within the SLO
-    (:mod:`omni.serving.search`) instead of naming levels. ``kind``:
-    concurrency (requests in flight) or rate (open loop, req/s); at most
-    ``levels`` levels a run; ``max_concurrency`` is the highest concurrency
-    tried, and for a rate search the throughput level's (unset: 4 x
-    batch_size); the search stops once its bracket is within ``precision``
-    of its lower end."""
-
-    kind: Literal["concurrency", "rate"] = "concurrency"
-    levels: int = Field(8, ge=3, le=32)
-    max_concurrency: int | None = Field(None, ge=2, le=4096)
-    precision: float = Field(0.1, gt=0, le=1)
-
-
-class LoadRequest(SpecModel):
-    """``load:``: the arm runs as an OpenAI-compatible server in its slot and
-    a load generator (``vllm bench serve``) in the slot's client CPUs drives
-    it through these levels, in an order the sweep's seed shuffles per run
-    (each pass's load generator seed is drawn from ``seed`` and the pass:
-    fresh prompts, lengths and arrivals every pass, the same for the arms of one).
-
-    ``concurrency``: closed-loop levels, requests in flight
-    (``--max-concurrency``); ``rate``: open-loop levels in requests/s, arrivals
-    a gamma process of shape ``burstiness`` (1: Poisson). Prompts are
-    ``prompt_len`` tokens, the first ``prefix_len`` shared, and answers
-    ``max_tokens``, each drawn uniformly within +-``range_ratio`` of them, or
-    they are a prompts file's (:mod:`omni.spec.prompts`), sent to ``endpoint``
-    (docs/serving.md, request mixes); ``batch_size`` is the server's number of
-    sequences at once (vLLM ``max_num_seqs``, llama-server ``--parallel``).
-    """
-
-    concurrency: list[int] = []
-    rate: list[float] = []
-    burstiness: float = Field(1.0, gt=0)
-    # measured requests per level, those in its steady window (the client
-    # sends more: omni.serving.levels.requests_to_send); unset: the fewest
-    # that bound the SLO's percentile at 95 % (5 for p50, 29 for p90, 299 for p99)
-    requests: int = Field(ge=1, le=100000)
-    warmup: int = Field(2, ge=0, le=1000)  # requests per level before them, not measured
-    # The shortest steady window a level is judged on, in seconds. A rate
-    # level sends rate x this many requests at least; a level whose window
-    # still came out shorter (a closed loop's length is not known before)
-    # runs once more with more requests, and is flagged short_window if it
-    # is still short. 10 s: the server's
-    # /metrics (scraped every second) sees the level ten times, the client's
-    # CPUs are sampled twenty (every 0.5 s, the interference rule's window),
-    # and a neighbour's duty cycle of tens to hundreds of ms repeats many
-    # times over. MLPerf's server scenario runs 600 s; a level's count for
-    # its percentile (299 for p99) usually takes longer than 10 s anyway.
-    min_duration_s: float = Field(10.0, ge=0, le=3600)
-    range_ratio: float = Field(0.0, ge=0, lt=1)
-    # where a request goes: completions (/v1/completions, the prompt as text) or
-    # chat (/v1/chat/completions, the prompt as a user message the server templates)
-    endpoint: Literal["completions", "chat"] = "completions"
-    # random prompts: the first prefix_len of each prompt's prompt_len tokens
-    # are the same in every request of a run (a shared system prompt)
-    prefix_len: int = Field(0, ge=0)
-    # a JSONL of prompts (omni.spec.prompts), relative to the spec file's
-    # folder: the requests' prompts and answer lengths; stored resolved
-    prompts: str | None = None
-    _prompts: PromptsFile | None = PrivateAttr(None)  # the file as read when the spec was
-    seed: int = Field(0, ge=0, le=2**31 - 1)  # the passes' seeds are drawn from it (workload_seed)
-    slo: Slo = Slo()
-    search: LoadSearch | None = None
-
-    @model_validator(mode="before")
-    @classmethod
-    def _requests_for_the_percentile(cls, data: Any) -> Any:
-        """``requests`` left out: as many as bound the SLO's percentile, so a
-        default level can say whether it meets its SLO."""
-        if not isinstance(data, dict) or "requests" in data:
-            return data
-        slo = data.get("slo")
-        percentile = (slo.get("percentile", 99) if isinstance(slo, dict) else getattr(slo, "percentile", 99)) or 99
-        if percentile not in (50, 90, 99):
-            percentile = 99  # Slo says what is wrong with it; nothing more to say here
-        from omni.stats.quantiles import min_samples  # scipy: only for a spec that needs it
-
-        return {**data, "requests": min_samples(percentile / 100)}
-
-    @field_validator("prompts")
-    @classmethod
-    def _prompts_path(cls, value: str | None, info: ValidationInfo) -> str | None:
-        return None if value is None else prompts_path(value, info.context)
-
-    @model_validator(mode="after")
-    def _prompts_file(self, info: ValidationInfo) -> LoadRequest:
-        if self.prompts is not None and (info.context or {}).get("read_files", True):
-            self._prompts = checked_prompts_file(Path(self.prompts), self.requests)
-        return self
-
-    @property
-    def prompts_sha256(self) -> str | None:
-        """The prompts file's content digest, as read with the spec; None without one."""
-        return self._prompts.sha256 if self._prompts else None
-
-    @property
-    def prompts_output_tokens(self) -> bool:
-        """Every line of the prompts file gives its answer's length."""
-        return bool(self._prompts and self._prompts.output_tokens)
-
-    @field_validator("concurrency")
-    @classmethod
-    def _concurrency(cls, value: list[int]) -> list[int]:
-        if any(c < 1 for c in value):
-            raise problem(f"concurrency levels must be >= 1, got {value}")
-        if len(set(value)) < len(value):
-            raise problem(f"a concurrency level is named twice: {value}")
-        return sorted(value)
-
-    @field_validator("rate", mode="before")
-    @classmethod
-    def _rates_as_numbers(cls, value: Any) -> Any:
-        # YAML reads `rate: [1, 2]` as ints; a rate is a number of requests per second either way
-        if isinstance(value, list):
-            return [float(v) if isinstance(v, int) and not isinstance(v, bool) else v for v in value]
-        return value
-
-    @field_validator("rate")
-    @classmethod
-    def _rate(cls, value: list[float]) -> list[float]:
-        if any(r <= 0 for r in value):
-            raise problem(f"rates are requests per second, > 0; got {value}")
-        if len(set(value)) < len(value):
-            raise problem(f"a rate is named twice: {value}")
-        return sorted(value)
-
-    @model_validator(mode="after")
-    def _some_level(self) -> LoadRequest:
-        if self.search is not None and (self.concurrency or self.rate):
-            raise validation_error(
-                "LoadRequest",
-                [(("search",), "a search chooses its own levels: drop concurrency: and rate:, or drop search:")],
-            )
-        if not self.concurrency and not self.rate and self.search is None:
-            raise validation_error(
-                "LoadRequest",
-                [
-                    (
-                        (),
-                        "name at least one level: concurrency: [1, 4] (requests in flight) or rate: [0.5, 1] "
-                        "(req/s), or search for the capacity: search: {kind: concurrency}",
-                    )
-                ],
-            )
-        return self
 
 
 class Arm(SpecModel):
@@ -479,7 +259,8 @@ class Arm(SpecModel):
     def _request_mix(self) -> Arm:
         """What a serving arm's requests are made of fits the arm: a prefix
         shorter than the prompt it begins, a prompts file's lengths not also
-        given by the arm, and llama.cpp's prompt cache only where it has a server."""
+        given by the arm, llama.cpp's prompt cache only where it has a server,
+        and vLLM's admission of a batch only where there is one (offline)."""
         problems = []
         if self.engine == "llamacpp" and self.load is None and (self.params or {}).get("prefix_caching"):
             problems.append(
@@ -487,6 +268,14 @@ class Arm(SpecModel):
                     ("params", "prefix_caching"),
                     "llama.cpp's prefix caching is llama-server's prompt cache, a serving arm's (load:); "
                     "the offline engine clears its KV cache between generations",
+                )
+            )
+        if self.engine == "vllm" and self.load is not None and (self.params or {}).get("admission") == "as_generate":
+            problems.append(
+                (
+                    ("params", "admission"),
+                    "admission is how the offline engine adds its batch; a serving arm's requests reach "
+                    "the server as its load generator sends them: drop admission or load:",
                 )
             )
         if self.load is not None:
@@ -516,15 +305,18 @@ def _env_text(value: Any) -> Any:
 # the prompts every run timed before it existed; the synthetic engine's
 # fault knobs change nothing while off; vLLM's max_num_batched_tokens unset
 # leaves vLLM's own budget wherever the batch's prefill fitted in it, as every
-# stored run had (omni.engines.vllm.batched_tokens); llama.cpp's repack on is
-# what every llama.cpp run did before it could be turned off, and its prefix
-# caching off what every llama-server ran with before it could be turned on;
+# stored run had (omni.engines.vllm.batched_tokens); its admission paused is
+# what the engine has done since it began timing every token (runs stored
+# before that added their batch unpaused, under the same hashes); llama.cpp's
+# repack on is what every llama.cpp run did before it could be turned off,
+# and its prefix caching off what every llama-server ran with before it
+# could be turned on;
 # a serving arm's completions endpoint, no shared prefix and no prompts file
 # are the requests every serving run sent before the request mixes.
 LATE_ARM_FIELDS = ("profile", "prompt_seed", "load")
 LATE_PARAMS = {
     "synthetic": ("prefix_cache", "short_iteration", "prefill_chunk_tokens", "teardown_s"),
-    "vllm": ("max_num_batched_tokens",),
+    "vllm": ("max_num_batched_tokens", "admission"),
     "llamacpp": ("repack", "prefix_caching"),
 }
 LATE_LOAD_FIELDS = ("endpoint", "prefix_len", "prompts")

@@ -27,7 +27,9 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator
 
+from omni.errors import OmniError
 from omni.spec.arm import Arm, Hosts, Name, SpecModel
+from omni.spec.envs import EnvDecl
 from omni.spec.matrix import merge_matrix, relocate
 from omni.spec.problems import Problem, plain_text, problem, show, validation_error
 from omni.spec.slots import SlotRequest
@@ -85,6 +87,8 @@ class Sweep(SpecModel):
     # baseline says whether the host behaved during this sweep.
     # None: on when there is something to compare (2 arms or more) and 3 passes or more
     control: bool | None = None
+    # engine envs of this sweep's own, beside envs.yaml's (omni.spec.envs): an arm names one in engine_env
+    envs: dict[Name, EnvDecl] = {}
     arms: list[Arm] = []  # explicit arms, then those of matrix: blocks, then the control
 
     @field_validator("passes", mode="plain")
@@ -211,6 +215,34 @@ class Sweep(SpecModel):
             problems.append((("passes",), "auto runs on one host; a fleet sweep (hosts:) needs a number of passes"))
         return problems
 
+    def _env_problems(self) -> list[Problem]:
+        """Each arm's engine_env is declared (envs.yaml or envs:) and is one of its engine."""
+        from omni import REPO_ROOT
+        from omni.spec.envs import declared_envs
+
+        try:
+            declared = declared_envs(REPO_ROOT, self.envs)
+        except OmniError as err:
+            return [(("envs",), str(err))]
+        problems: list[Problem] = []
+        for i, arm in enumerate(self.arms):
+            if arm.engine_env is None:
+                continue
+            if arm.engine_env not in declared.envs:
+                problems.append(
+                    (
+                        ("arms", i, "engine_env"),
+                        f"no env is named {arm.engine_env!r}; declared: {', '.join(sorted(declared.envs))} "
+                        "(declare it in envs.yaml or the spec's envs: block)",
+                    )
+                )
+            elif declared.envs[arm.engine_env].engine not in (None, arm.engine):
+                engine = declared.envs[arm.engine_env].engine
+                problems.append(
+                    (("arms", i, "engine_env"), f"{arm.engine_env!r} is an env of {engine}, not {arm.engine}")
+                )
+        return problems
+
     def _arm_problems(self) -> list[Problem]:
         problems: list[Problem] = []
         seen: set[str] = set()
@@ -238,6 +270,7 @@ class Sweep(SpecModel):
                 problems.append(
                     (("arms", i, "profile"), "a serving arm is not profiled; profile the offline arm of its config")
                 )
+        problems += self._env_problems()
         if self.baseline is not None and self.baseline not in seen:
             names = ", ".join(a.name for a in self.arms)
             problems.append((("baseline",), f"no arm is named {self.baseline!r} (arms: {names})"))

@@ -122,8 +122,9 @@ METRICS: tuple[Column, ...] = declare(
         BOOL,
         None,
         "every engine step of every timed iteration gave a token to every sequence not yet done; false: "
-        "a prefill was chunked over steps or sequences were scheduled apart (not_lock_step); null: the "
-        "engine reported no token times (v10)",
+        "a prefill was chunked over steps or sequences were scheduled apart (not_lock_step), or vLLM stepped "
+        "while its batch was added, as the arm asked (engine_params admission as_generate: no warning); "
+        "null: the engine reported no token times (v10)",
     ),
     (
         "partial_steps",

@@ -115,7 +115,14 @@ PROVENANCE: tuple[Column, ...] = declare(
     ("finished_at", TIME, None, "when the run finished"),
     ("prefect_flow_run_id", STR, None, "Prefect flow run, None outside Prefect"),
     ("engine_provenance", STR, None, "other engine-reported facts, JSON object", JSON),
-    ("engine_env_key", STR, None, "hash of the engine env's declaration in omni/envs/build.py (v2)"),
+    ("engine_env_key", STR, None, "hash of the engine env's declaration (envs.yaml or the spec's envs:) (v2)"),
+    (
+        "engine_env_pins",
+        STR,
+        None,
+        "the engine env's requirements as built, space-separated: an env following the newest "
+        "release names the release it resolved to (v17)",
+    ),
     (
         "engine_env_freeze_sha256",
         STR,

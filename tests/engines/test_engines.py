@@ -143,30 +143,21 @@ def test_gguf_holds_the_same_model_as_the_hf_checkpoint(tmp_path):
     assert (hf.argmax(1) == gg.argmax(1)).all()
 
 
-def test_missing_model_and_unknown_env_are_invalid_rows_and_others_run(tmp_path):
+def test_a_missing_model_is_an_invalid_row_and_others_run(tmp_path):
     arms = [
         {"name": "fine", "engine": "synthetic", "max_tokens": 4},
         {"name": "nomodel", "engine": "vllm", "model": str(tmp_path / "no-such-model")},
-        {"name": "noenv", "engine": "llamacpp", "model": "tiny-llama", "engine_env": "no-such-env"},
     ]
     prepared = prepare_sweep(SweepRequest(spec=write_spec(tmp_path, arms), results=tmp_path / "results"))
     rows = {item.arm.name: run_and_store(prepared.context, item) for item in prepared.items}
     assert rows["fine"]["status"] == "ok"
     assert rows["nomodel"]["status"] == "invalid" and "does not exist" in rows["nomodel"]["error"]
-    assert rows["noenv"]["status"] == "invalid" and "unknown engine env 'no-such-env'" in rows["noenv"]["error"]
-    assert len(load_runs(tmp_path / "results")) == 3
+    assert len(load_runs(tmp_path / "results")) == 2
 
 
-def test_env_that_fails_to_build_is_a_clear_error(tmp_path, monkeypatch):
-    from omni.envs import build
-
-    monkeypatch.setitem(
-        build.ENVS,
-        "broken",
-        EnvSpec(requirements=("omni-no-such-package-anywhere==0.0.1",)),
-    )
+def test_env_that_fails_to_build_is_a_clear_error(tmp_path):
     with pytest.raises(OmniError) as info:
-        build_env(tmp_path, "broken")
+        build_env(tmp_path, "broken", EnvSpec(requirements=("omni-no-such-package-anywhere==0.0.1",)))
     message = str(info.value)
     assert "engine env 'broken' failed to build" in message and "broken.build.log" in message
     assert "omni-no-such-package-anywhere" in message

