@@ -56,9 +56,9 @@ from omni.sweep.prepare import prepare_sweep
 from omni.sweep.request import SweepRequest
 
 
-def omni_arm(args: argparse.Namespace) -> dict:
+def omni_arm(args: argparse.Namespace, admission: str) -> dict:
     arm = {
-        "name": "omni-vllm",
+        "name": f"omni-{admission}",
         "engine": "vllm",
         "model": "tiny-llama",
         "dtype": "bfloat16",
@@ -69,7 +69,7 @@ def omni_arm(args: argparse.Namespace) -> dict:
         "batch_size": args.batch,
         "kv_cache_bytes": args.kv_bytes,
         "patches": "none",  # stock vLLM on both sides
-        "params": {"warmup": args.warmup, "iterations": args.iterations, "admission": args.admission},
+        "params": {"warmup": args.warmup, "iterations": args.iterations, "admission": admission},
     }
     if args.max_num_batched_tokens is not None:
         arm["params"]["max_num_batched_tokens"] = args.max_num_batched_tokens
@@ -81,9 +81,10 @@ def step_budget(arm: dict) -> int | None:
     return batched_tokens(arm, arm["context_len"])
 
 
-def omni_arm_spec(directory: Path, arm: dict, passes: int) -> Path:
+def omni_arm_spec(directory: Path, arms: list[dict], passes: int) -> Path:
     path = directory / "omni-vllm.yaml"
-    path.write_text(yaml.safe_dump({"name": "bench-vs-omni", "passes": passes, "timeout_s": 600, "arms": [arm]}))
+    spec = {"name": "bench-vs-omni", "passes": passes, "timeout_s": 600, "control": False, "arms": arms}
+    path.write_text(yaml.safe_dump(json.loads(json.dumps(spec))))
     return path
 
 
@@ -159,50 +160,58 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=5)
     parser.add_argument(
         "--admission",
+        nargs="+",
         choices=("paused", "as_generate"),
-        default="paused",
-        help="how omni's arm adds the batch: paused (omni's default: the first step holds every prompt) or "
-        "as_generate (as LLM.generate, so vllm bench latency, does: vLLM steps while the batch is added)",
+        default=["paused"],
+        help="how omni's arm adds the batch, one arm per value, interleaved with the bench start by start: "
+        "paused (omni's default: the first step holds every prompt) or as_generate (as LLM.generate, so "
+        "vllm bench latency, does: vLLM steps while the batch is added)",
     )
     args = parser.parse_args()
-    arm = omni_arm(args)
+    arms = [omni_arm(args, mode) for mode in args.admission]
     work = Path(tempfile.mkdtemp(prefix="omni-bench-"))
-    spec = omni_arm_spec(work, arm, args.passes)
+    spec = omni_arm_spec(work, arms, args.passes)
     prepared = prepare_sweep(SweepRequest(spec=spec, results=work / "results", force=True))
-    res = prepared.context.resources["omni-vllm"]
+    res = prepared.context.resources[arms[0]["name"]]
     slot = allocate_slots(read_topology())[0]
-    bench, omni = [], []
-    for index, item in enumerate(prepared.items):
-        for side in random.Random(index).sample(["bench", "omni"], 2):
+    bench: list[list[float]] = []
+    omni: dict[str, list[list[float]]] = {arm["name"]: [] for arm in arms}
+    for index in range(args.passes):
+        items = {item.arm.name: item for item in prepared.items if item.pass_index == index}
+        seen = {}
+        for side in random.Random(index).sample(["bench", *items], len(items) + 1):
             if side == "bench":
-                bench.append(bench_latency(slot, res.python, res.model_path, arm, work / f"bench{index}.json"))
-            else:
-                row = run_and_store(prepared.context, item)
-                if row["status"] != "ok":
-                    raise SystemExit(f"omni run failed: {row['error']}")
-                omni.append(omni_latencies(work / "results", item.run_id))
-                seen = describe_requests(row)
-        print(
-            f"start {index}: vllm bench {[round(v * 1000, 1) for v in bench[-1]]} ms, "
-            f"omni {[round(v * 1000, 1) for v in omni[-1]]} ms; omni: {seen}",
-            flush=True,
-        )
-    budget = step_budget(arm)
+                bench.append(bench_latency(slot, res.python, res.model_path, arms[0], work / f"bench{index}.json"))
+                continue
+            row = run_and_store(prepared.context, items[side])
+            if row["status"] != "ok":
+                raise SystemExit(f"omni run failed: {row['error']}")
+            omni[side].append(omni_latencies(work / "results", items[side].run_id))
+            seen[side] = describe_requests(row)
+        shown = "; ".join(f"{name} {[round(v * 1000, 1) for v in omni[name][-1]]} ms ({seen[name]})" for name in omni)
+        print(f"start {index}: vllm bench {[round(v * 1000, 1) for v in bench[-1]]} ms; {shown}", flush=True)
+    budget = step_budget(arms[0])
     print(
         f"cores {format_cpulist(slot.cpus)}, tiny-llama, input {args.input_len}, output {args.output_len}, "
-        f"batch {args.batch}, eager, bf16, max_num_batched_tokens {budget or 'vLLM default'}, "
-        f"omni's admission {args.admission}"
+        f"batch {args.batch}, eager, bf16, max_num_batched_tokens {budget or 'vLLM default'}"
     )
     b = report("vllm bench latency", bench)
-    o = report(f"omni vllm arm ({args.admission})", omni)
-    noise = max(spread([statistics.median(s) for s in bench]), spread([statistics.median(s) for s in omni]))
-    verdict = "agree within the between-start noise" if abs(o / b - 1) <= noise else "DIFFER by more than the noise"
-    meaning = (
-        "omni's stepped, timestamped loop: both add the batch as LLM.generate does"
-        if args.admission == "as_generate"
-        else "omni's batch added with the scheduler paused, the bench's while vLLM steps: a difference of definition"
-    )
-    print(f"ratio omni/bench e2e {o / b:.3f} ({meaning}); {verdict} ({noise:.1%})")
+    bench_noise = spread([statistics.median(s) for s in bench])
+    for arm in arms:
+        name, mode = arm["name"], arm["params"]["admission"]
+        o = report(f"omni vllm arm ({mode})", omni[name])
+        noise = max(bench_noise, spread([statistics.median(s) for s in omni[name]]))
+        paired = [statistics.median(x) / statistics.median(y) for x, y in zip(omni[name], bench)]
+        verdict = "agree within the between-start noise" if abs(o / b - 1) <= noise else "DIFFER by more than the noise"
+        meaning = (
+            "omni's stepped, timestamped loop: both add the batch as LLM.generate does"
+            if mode == "as_generate"
+            else "omni's batch added with the scheduler paused, the bench's while vLLM steps: a difference of definition"
+        )
+        print(
+            f"ratio omni ({mode})/bench e2e {o / b:.3f}, paired by start {min(paired):.3f}-{max(paired):.3f} "
+            f"({meaning}); {verdict} ({noise:.1%})"
+        )
 
 
 if __name__ == "__main__":

@@ -67,7 +67,8 @@ def bisect(
         if source is None:
             raise OmniError(f"--commits: env {base_env!r} builds no llama.cpp source tree (give it source:)")
         versions = b.commit_versions(declared, base_env, commits_between(source.repo, *commits))
-    work = Path(results) / "bisect" / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    local = Path("results") if "://" in results else Path(results)  # probe specs are files omni sweep reads
+    work = local / "bisect" / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     show(f"bisect of {metric} over {len(versions)} versions: {', '.join(v.label for v in versions)}")
     search = b.bisect(loaded, arm, metric, versions, results, work, max_passes, force=force, log=show)
     record = b.as_record(search, versions, metric, arm)

@@ -8,7 +8,10 @@ problem on its own line as ``FILE:LINE FIELD: message``, e.g.
 The package, by what each file holds:
 
 - :mod:`~omni.spec.source`: reading the file, YAML/JSON, the line of every key;
-- :mod:`~omni.spec.arm`: an arm, its engine's params, its load, hosts, arm identity;
+- :mod:`~omni.spec.base`: strict models with plain-word errors, and names;
+- :mod:`~omni.spec.arm`: an arm, its engine's params, hosts, arm identity;
+- :mod:`~omni.spec.load`: a serving arm's load, its SLO, its search;
+- :mod:`~omni.spec.envs`: engine envs as data (envs.yaml, a spec's ``envs:``);
 - :mod:`~omni.spec.slots`: where runs go on a host;
 - :mod:`~omni.spec.matrix`: ``matrix:`` expansion;
 - :mod:`~omni.spec.settings`: the sweep and its control arm;

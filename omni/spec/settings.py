@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from omni.errors import OmniError
 from omni.spec.arm import Arm, Hosts, Name, SpecModel
@@ -215,6 +215,15 @@ class Sweep(SpecModel):
             problems.append((("passes",), "auto runs on one host; a fleet sweep (hosts:) needs a number of passes"))
         return problems
 
+    @model_validator(mode="after")
+    def _declared_envs(self, info: ValidationInfo) -> Sweep:
+        """Checked against envs.yaml as it is now, so not for a stored sweep's
+        spec copy (read for its settings alone): its envs may be gone since,
+        and its rows stay readable."""
+        if (info.context or {}).get("read_files", True) and (problems := self._env_problems()):
+            raise validation_error("Sweep", problems)
+        return self
+
     def _env_problems(self) -> list[Problem]:
         """Each arm's engine_env is declared (envs.yaml or envs:) and is one of its engine."""
         from omni import REPO_ROOT
@@ -270,7 +279,6 @@ class Sweep(SpecModel):
                 problems.append(
                     (("arms", i, "profile"), "a serving arm is not profiled; profile the offline arm of its config")
                 )
-        problems += self._env_problems()
         if self.baseline is not None and self.baseline not in seen:
             names = ", ".join(a.name for a in self.arms)
             problems.append((("baseline",), f"no arm is named {self.baseline!r} (arms: {names})"))

@@ -187,14 +187,16 @@ def run_probe(spec: dict, work: Path, results: str, index: int, label: str, metr
     path.write_text(json.dumps(spec, indent=1))
     prepared = prepare_sweep(SweepRequest(spec=path, results=results, force=force))
     run_sweep_items(prepared)
-    summary = summarize_sweep(prepared.context.results_dir, prepared.sweep_id)
-    first, at = spec["baseline"], spec["arms"][1]["name"]
+    try:
+        summary = summarize_sweep(prepared.context.results_dir, prepared.sweep_id)
+    except OmniError as err:  # no ok run to judge (an env that failed to build names itself in the rows)
+        return Probe(index, label, prepared.sweep_id, "undecided", why=str(err).splitlines()[0])
+    at = spec["arms"][1]["name"]
     judged = summary.judged.get((at, metric))
     control = summary.judged.get((summary.control, metric)) if summary.control else None
     outcome, why = classify(judged, control)
     comp = judged.comparison if judged else None
     runs = comp.n_other if comp else None
-    assert first == summary.baseline
     return Probe(
         index,
         label,

