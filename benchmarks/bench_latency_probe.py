@@ -7,7 +7,9 @@ Writes the avg and every timed iteration's latency for output_len=N (WARMUP
 warm-ups, ITERS timed: as omni's vLLM arm). MAX_BATCHED: vLLM's step budget
 (``--max-num-batched-tokens``), or ``none`` for vLLM's own.
 
-    python bench_latency_probe.py MODEL INPUT_LEN OUTPUT_LEN BATCH MAX_LEN KV_BYTES MAX_BATCHED WARMUP ITERS OUT.json
+    python bench_latency_probe.py MODEL INPUT_LEN OUTPUT_LEN BATCH MAX_LEN KV_BYTES MAX_BATCHED WARMUP ITERS OUT.json [FLAG ...]
+
+Any FLAG after OUT.json is passed to ``vllm bench latency`` as given (e.g. ``--disable-log-stats``).
 """
 
 import json
@@ -18,7 +20,7 @@ from vllm.benchmarks.latency import add_cli_args, main
 from vllm.utils.argparse_utils import FlexibleArgumentParser
 
 
-def latencies(model, input_len, output_len, batch, max_len, kv_bytes, max_batched, warmup, iters) -> dict:
+def latencies(model, input_len, output_len, batch, max_len, kv_bytes, max_batched, warmup, iters, extra=()) -> dict:
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
         parser = FlexibleArgumentParser()
         add_cli_args(parser)
@@ -47,6 +49,7 @@ def latencies(model, input_len, output_len, batch, max_len, kv_bytes, max_batche
                 "--no-enable-prefix-caching",
                 "--disable-detokenize",
                 *budget,
+                *extra,
                 "--output-json",
                 out.name,
             ]
@@ -58,6 +61,15 @@ def latencies(model, input_len, output_len, batch, max_len, kv_bytes, max_batche
 if __name__ == "__main__":
     model, input_len, output_len, batch, max_len, kv_bytes, max_batched, warmup, iters, dest = sys.argv[1:11]
     full = latencies(
-        model, int(input_len), int(output_len), int(batch), int(max_len), int(kv_bytes), max_batched, warmup, iters
+        model,
+        int(input_len),
+        int(output_len),
+        int(batch),
+        int(max_len),
+        int(kv_bytes),
+        max_batched,
+        warmup,
+        iters,
+        sys.argv[11:],
     )
     json.dump({"latency_n": full["avg_latency"], "latencies_n": full["latencies"]}, open(dest, "w"))

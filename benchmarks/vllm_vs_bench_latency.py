@@ -88,7 +88,7 @@ def omni_arm_spec(directory: Path, arms: list[dict], passes: int) -> Path:
     return path
 
 
-def bench_latency(slot, python: str, model: str, arm: dict, out: Path) -> list[float]:
+def bench_latency(slot, python: str, model: str, arm: dict, out: Path, extra: list[str]) -> list[float]:
     """One engine start of ``vllm bench latency``: its 5 timed e2e latencies (s)."""
     probe = REPO_ROOT / "benchmarks" / "bench_latency_probe.py"
     budget = step_budget(arm)
@@ -105,6 +105,7 @@ def bench_latency(slot, python: str, model: str, arm: dict, out: Path) -> list[f
         str(arm["params"]["warmup"]),
         str(arm["params"]["iterations"]),
         str(out),
+        *extra,
     ]
     argv, _ = pin_argv(slot, argv, numactl_path())
     env = {
@@ -167,6 +168,12 @@ def main() -> None:
         "paused (omni's default: the first step holds every prompt) or as_generate (as LLM.generate, so "
         "vllm bench latency, does: vLLM steps while the batch is added)",
     )
+    parser.add_argument(
+        "--bench-arg",
+        action="append",
+        default=[],
+        help="a flag for vllm bench latency, as given (repeatable), e.g. --bench-arg=--disable-log-stats",
+    )
     args = parser.parse_args()
     arms = [omni_arm(args, mode) for mode in args.admission]
     work = Path(tempfile.mkdtemp(prefix="omni-bench-"))
@@ -181,7 +188,11 @@ def main() -> None:
         seen = {}
         for side in random.Random(index).sample(["bench", *items], len(items) + 1):
             if side == "bench":
-                bench.append(bench_latency(slot, res.python, res.model_path, arms[0], work / f"bench{index}.json"))
+                bench.append(
+                    bench_latency(
+                        slot, res.python, res.model_path, arms[0], work / f"bench{index}.json", args.bench_arg
+                    )
+                )
                 continue
             row = run_and_store(prepared.context, items[side])
             if row["status"] != "ok":
@@ -193,7 +204,8 @@ def main() -> None:
     budget = step_budget(arms[0])
     print(
         f"cores {format_cpulist(slot.cpus)}, tiny-llama, input {args.input_len}, output {args.output_len}, "
-        f"batch {args.batch}, eager, bf16, max_num_batched_tokens {budget or 'vLLM default'}"
+        f"batch {args.batch}, eager, bf16, max_num_batched_tokens {budget or 'vLLM default'}; "
+        f"vllm bench latency flags added: {' '.join(args.bench_arg) or 'none'}"
     )
     b = report("vllm bench latency", bench)
     bench_noise = spread([statistics.median(s) for s in bench])

@@ -44,6 +44,10 @@ def bisect(
 
     if sum(x is not None and x != [] for x in (releases, commits, envs or None)) != 1:
         raise OmniError("give the versions one way: --releases FIRST LAST, --commits FIRST LAST, or --env NAME ...")
+    from omni.store.columns import metric_columns
+
+    if metric not in metric_columns():
+        raise OmniError(f"--metric {metric!r} is no judged metric; use one of {', '.join(sorted(metric_columns()))}")
     loaded = load_spec(spec)
     from omni import REPO_ROOT
 
