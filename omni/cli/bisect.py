@@ -10,6 +10,7 @@ from pathlib import Path
 import typer
 
 from omni.cli.console import show
+from omni.cli.options import directory_to_make, results_location
 from omni.errors import OmniError
 
 
@@ -28,7 +29,9 @@ def bisect(
     ),
     envs: list[str] = typer.Option([], "--env", help="a version as an env's name, oldest first (repeatable)"),
     max_passes: int = typer.Option(10, "--max-passes", min=3, max=100, help="passes per probe at most"),
-    results: str = typer.Option("results", "--results", help="results store; every probe's rows are kept there"),
+    results: str = typer.Option(
+        "results", "--results", callback=results_location, help="results store; every probe's rows are kept there"
+    ),
     force: bool = typer.Option(False, "--force", help="run on busy cores instead of refusing (as omni sweep --force)"),
     as_json: bool = typer.Option(False, "--json", help="print the path as JSON"),
 ) -> None:
@@ -72,7 +75,12 @@ def bisect(
             raise OmniError(f"--commits: env {base_env!r} builds no llama.cpp source tree (give it source:)")
         versions = b.commit_versions(declared, base_env, commits_between(source.repo, *commits))
     local = Path("results") if "://" in results else Path(results)  # probe specs are files omni sweep reads
+    try:
+        directory_to_make(local)
+    except typer.BadParameter as err:
+        raise OmniError(f"--results: {err.message}") from None
     work = local / "bisect" / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    work.mkdir(parents=True, exist_ok=True)
     show(f"bisect of {metric} over {len(versions)} versions: {', '.join(v.label for v in versions)}")
     search = b.bisect(loaded, arm, metric, versions, results, work, max_passes, force=force, log=show)
     record = b.as_record(search, versions, metric, arm)

@@ -11,7 +11,7 @@ import typer
 from omni import REPO_ROOT
 from omni.cli import render
 from omni.cli.console import err, show
-from omni.cli.options import directory_to_make
+from omni.cli.options import directory_to_make, results_location
 from omni.errors import OmniError
 
 stack_app = typer.Typer(
@@ -61,7 +61,9 @@ def stack_status() -> None:
 
 @env_app.command("list")
 def env_list(
-    spec: Path | None = typer.Option(None, "--spec", help="also the envs this spec declares in its envs: block"),
+    spec: Path | None = typer.Option(
+        None, "--spec", exists=True, dir_okay=False, help="also the envs this spec declares in its envs: block"
+    ),
 ) -> None:
     """Declared engine envs: state, package versions, llama.cpp commit, size on disk."""
     from omni.envs.inventory import list_envs
@@ -72,7 +74,9 @@ def env_list(
 @env_app.command("build")
 def env_build(
     name: str = typer.Argument(..., help="env name, see omni env list"),
-    spec: Path | None = typer.Option(None, "--spec", help="a spec whose envs: block declares the env"),
+    spec: Path | None = typer.Option(
+        None, "--spec", exists=True, dir_okay=False, help="a spec whose envs: block declares the env"
+    ),
 ) -> None:
     """Build (or complete) an engine env; a no-op when it is current. An env
     following the newest release is resolved against the index first."""
@@ -86,11 +90,14 @@ def env_build(
 
 @env_app.command("prune")
 def env_prune(
-    results: str = typer.Option("results", "--results", help="results store whose rows keep their envs"),
+    results: str = typer.Option(
+        "results", "--results", callback=results_location, help="results store whose rows keep their envs"
+    ),
     dry_run: bool = typer.Option(False, "--dry-run", help="say what would go, remove nothing"),
 ) -> None:
     """Remove built envs (and the machine's kept copies) that no declaration
-    and no stored, unretracted row needs."""
+    of envs.yaml and no stored, unretracted row needs (an env only a spec
+    declares is kept by its rows)."""
     from omni.envs.inventory import prunable, prune
 
     found = prunable(REPO_ROOT, declared(None), used_env_keys(results))
@@ -112,7 +119,10 @@ def used_env_keys(results: str) -> set[str]:
     from omni.store.retract import without_retracted
 
     if not Path(results).exists() and "://" not in results:
-        return set()
+        raise OmniError(
+            f"no results store at {results}: prune keeps every env a stored row ran in, so it needs the "
+            "store; give --results DIR (an empty directory if there are no results)"
+        )
     frame = load_runs(results, columns=["run_id", "engine_env_key"])
     kept, _ = without_retracted(frame, results)
     return set(kept["engine_env_key"].dropna())

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,9 +32,10 @@ class EnvEntry:
     key: str | None
 
 
-def tree_bytes(path: Path) -> int:
-    """Bytes on disk under ``path``, each hard-linked file once (a kept copy shares them)."""
-    seen: set[tuple[int, int]] = set()
+def tree_bytes(path: Path, seen: set[tuple[int, int]] | None = None) -> int:
+    """Bytes on disk under ``path``, each hard-linked file once (a kept copy
+    shares them); ``seen``: files counted already (a prune's earlier items)."""
+    seen = set() if seen is None else seen
     total = 0
     for root, _dirs, files in os.walk(path):
         for name in files:
@@ -92,11 +94,19 @@ class Prunable:
     why: str
 
 
+BUILDING_S = 3 * 3600  # an env without a stamp touched this recently may be a build under way
+
+
 def prunable(repo_root: Path, declared: Declared, used_keys: set[str]) -> list[Prunable]:
-    """Built envs and kept copies whose key no declaration and no stored row needs."""
+    """Built envs and kept copies whose key no declaration and no stored row
+    needs. Sizes count each file once over the whole list: a file an env
+    shares with its kept copy is counted where it is first met, so the
+    total is what removing them all frees (a file another clone's env still
+    links stays on disk, and is not freed)."""
     wanted = {spec.key() for spec in declared.envs.values() if not spec.newest}
     following = {name for name, spec in declared.envs.items() if spec.newest}
     found: list[Prunable] = []
+    seen: set[tuple[int, int]] = set()
     venvs = repo_root / ".venvs"
     for path in sorted(venvs.iterdir()) if venvs.is_dir() else []:
         if not path.is_dir():
@@ -104,8 +114,10 @@ def prunable(repo_root: Path, declared: Declared, used_keys: set[str]) -> list[P
         key = (read_stamp(repo_root, path.name) or {}).get("key")
         if path.name in following or key in wanted or key in used_keys:
             continue
+        if key is None and time.time() - path.stat().st_mtime < BUILDING_S:
+            continue  # possibly a build under way
         why = "no stamp (an interrupted build)" if key is None else "declared by no env and used by no stored row"
-        found.append(Prunable(path, key, tree_bytes(path), why))
+        found.append(Prunable(path, key, tree_bytes(path, seen), why))
     cache = env_cache("x", EnvSpec(requirements=("x",)))
     for path in sorted(cache.parent.iterdir()) if cache and cache.parent.is_dir() else []:
         try:
@@ -114,7 +126,7 @@ def prunable(repo_root: Path, declared: Declared, used_keys: set[str]) -> list[P
             key = None
         if key in wanted or key in used_keys or path.name.endswith(".partial"):
             continue
-        found.append(Prunable(path, key, tree_bytes(path), "a kept copy no declaration or stored row needs"))
+        found.append(Prunable(path, key, tree_bytes(path, seen), "a kept copy no declaration or stored row needs"))
     return found
 
 

@@ -32,8 +32,12 @@ def index_versions(package: str) -> tuple[str, ...]:
         raise OmniError(f"the package index did not answer for {package!r} within 180 s") from None
     found = re.search(r"^Available versions: (.+)$", done.stdout, re.MULTILINE)
     if done.returncode != 0 or not found:
-        tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
-        raise OmniError(f"the package index lists no releases of {package!r}: {tail[0]}")
+        tail = [line for line in (done.stderr or done.stdout).strip().splitlines() if "is ignored" not in line]
+        said = tail[-1] if tail else "no output"
+        raise OmniError(
+            f"pip could not list the releases of {package!r} on this machine's package index "
+            f"(a name it does not know, or an index it cannot reach): {said}"
+        )
     return tuple(sorted((v.strip() for v in found[1].split(",")), key=Version))
 
 
@@ -63,7 +67,13 @@ def releases_between(package: str, first: str, last: str) -> list[str]:
 
 def commits_between(repo: Path | str, first: str, last: str) -> list[str]:
     """The commits of a git tree from ``first`` to ``last``, both included,
-    oldest first, along the first-parent line (a merge is one step)."""
+    oldest first, along the first-parent line (a merge is one step). The
+    tree is a local checkout: a URL is cloned by the env's build, not here."""
+    if "://" in str(repo) or str(repo).startswith("git@"):
+        raise OmniError(
+            f"--commits reads the commits from a local checkout; the env's source is {repo}: clone it and "
+            "declare the checkout's path as source.repo"
+        )
 
     def git(*args: str) -> str:
         done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True)
@@ -74,6 +84,8 @@ def commits_between(repo: Path | str, first: str, last: str) -> list[str]:
     lo, hi = git("rev-parse", f"{first}^{{commit}}"), git("rev-parse", f"{last}^{{commit}}")
     ancestor = subprocess.run(["git", "-C", str(repo), "merge-base", "--is-ancestor", lo, hi]).returncode == 0
     path = git("rev-list", "--first-parent", "--reverse", f"{lo}..{hi}").split()
-    if lo == hi or not ancestor or not path:
+    if lo == hi:
+        raise OmniError(f"{first} and {last} are the same commit: give two, the older first")
+    if not ancestor or not path:
         raise OmniError(f"{last} is not a descendant of {first} in {repo}: give the older commit first")
     return [lo, *path]

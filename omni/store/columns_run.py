@@ -68,7 +68,13 @@ ARM: tuple[Column, ...] = declare(
     ("env_overrides", STR, None, "environment variables set by the arm, JSON object", JSON),
     ("engine_params", STR, None, "engine-specific parameters, JSON object", JSON),
     ("arm_json", STR, None, "canonical JSON of the whole arm", JSON),
-    ("arm_hash", STR, None, "hash of arm_json: same hash, same configuration"),
+    (
+        "arm_hash",
+        STR,
+        None,
+        "hash of arm_json: same hash, same configuration as the spec wrote it; its engine env is named, "
+        "not hashed (an env following the newest release moves): engine_env_key says which build ran",
+    ),
     ("threads_checked", I32, None, "threads whose own affinity was checked in steady state (v2)"),
     ("mmap", BOOL, None, "weights memory-mapped from the file: file-backed pages, not RssAnon (v2)"),
 )

@@ -53,7 +53,7 @@ class Probe:
     outcome: Outcome
     ratio: float | None = None
     ci: tuple[float | None, float | None] = (None, None)
-    passes: int | None = None
+    runs: int | None = None  # of the probed version
     why: str = ""
 
 
@@ -93,12 +93,14 @@ class Search:
         return self.bad if self.bad is not None and self.bad - self.good == 1 and not self.stopped else None
 
 
-def classify(judged, control_judged) -> tuple[Outcome, str]:
-    """A probe's outcome from its metric's verdict (omni.report.verdicts.Judged)
-    and the A/A control's on the same metric."""
+def classify(judged, control_judged, untrusted: bool = False) -> tuple[Outcome, str]:
+    """A probe's outcome from its metric's verdict (omni.report.verdicts.Judged),
+    the A/A control's on the same metric, and whether the summary lets the
+    control overrule the verdict (omni.stats.controls.untrusted: also a
+    "same" the control's smaller difference could have made)."""
     if control_judged is not None and control_judged.comparison is not None:
         c = control_judged.comparison
-        if c.verdict in ("better", "worse") and not c.below_min_effect:
+        if untrusted or (c.verdict in ("better", "worse") and not c.below_min_effect):
             return "undecided", f"the A/A control differed ({c.verdict}, x{c.ratio:.3f}): the host moved"
     if judged is None or judged.comparison is None:
         return "undecided", (judged.refused if judged else None) or "no verdict"
@@ -154,6 +156,9 @@ def probe_spec(loaded: LoadedSpec, arm_name: str, metric: str, ref: Version, pro
     if arm_name not in arms:
         raise OmniError(f"no arm of {loaded.path} is named {arm_name!r}; its arms: {', '.join(arms)}")
     arm = arms[arm_name].model_dump(mode="json", exclude_unset=True)
+    prompts = (arm.get("load") or {}).get("prompts")
+    if prompts and not Path(prompts).is_absolute():  # the probe's spec is written elsewhere: the file stays put
+        arm["load"] = {**arm["load"], "prompts": str(loaded.path.parent / prompts)}
     settings = sweep.model_dump(
         mode="json",
         exclude_unset=True,
@@ -191,10 +196,12 @@ def run_probe(spec: dict, work: Path, results: str, index: int, label: str, metr
         summary = summarize_sweep(prepared.context.results_dir, prepared.sweep_id)
     except OmniError as err:  # no ok run to judge (an env that failed to build names itself in the rows)
         return Probe(index, label, prepared.sweep_id, "undecided", why=str(err).splitlines()[0])
+    from omni.stats.controls import untrusted
+
     at = spec["arms"][1]["name"]
     judged = summary.judged.get((at, metric))
     control = summary.judged.get((summary.control, metric)) if summary.control else None
-    outcome, why = classify(judged, control)
+    outcome, why = classify(judged, control, untrusted(summary, at, metric))
     comp = judged.comparison if judged else None
     runs = comp.n_other if comp else None
     return Probe(
@@ -238,7 +245,7 @@ def bisect(
 
 def describe_probe(probe: Probe) -> str:
     ratio = f"x{probe.ratio:.3f} [{probe.ci[0]:.3f}, {probe.ci[1]:.3f}]" if probe.ratio and probe.ci[0] else "no ratio"
-    return f"{probe.version}: {probe.outcome} ({probe.why}); {ratio}, {probe.passes} run(s); sweep {probe.sweep_id}"
+    return f"{probe.version}: {probe.outcome} ({probe.why}); {ratio}, {probe.runs} run(s); sweep {probe.sweep_id}"
 
 
 def describe(search: Search, versions: list[Version], metric: str) -> str:

