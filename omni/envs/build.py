@@ -224,6 +224,18 @@ def declared_versions(spec: EnvSpec, freeze: str) -> dict[str, str]:
     return {name: pins[name] for name in wanted if name in pins}
 
 
+def installed_versions(repo_root: Path, name: str, spec: EnvSpec) -> dict[str, str]:
+    """The declared packages' versions in the built env: its stamp's, or, for
+    an env built before stamps recorded them, its freeze's ({} when neither)."""
+    stamp = read_stamp(repo_root, name) or {}
+    if stamp.get("versions") is not None:
+        return stamp["versions"]
+    try:
+        return declared_versions(spec, (env_dir(repo_root, name) / "freeze.txt").read_text())
+    except OSError:
+        return {}
+
+
 def tools_commit(target: Path, spec: EnvSpec) -> str | None:
     """The llama.cpp commit the env's programs state (``--version``), or the
     source tree's commit as checked out."""

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from omni.envs.build import STAMP, env_cache, env_dir, read_stamp, tools_commit
+from omni.envs.build import STAMP, env_cache, env_dir, installed_versions, read_stamp, tools_commit
 from omni.spec.envs import Declared, EnvSpec
 
 
@@ -63,23 +63,12 @@ def entry(repo_root: Path, name: str, spec: EnvSpec) -> EnvEntry:
     return EnvEntry(
         name,
         state,
-        (stamp or {}).get("versions") or stamp_pins(target, spec) if stamp else {},
+        installed_versions(repo_root, name, spec) if stamp else {},
         (stamp or {}).get("commit") or (tools_commit(target, spec) if stamp and spec.tools else None),
         tree_bytes(target) if target.exists() else None,
         (stamp or {}).get("built_at"),
         (stamp or {}).get("key"),
     )
-
-
-def stamp_pins(target: Path, spec: EnvSpec) -> dict[str, str]:
-    """The declared packages' versions from the env's freeze (an env built
-    before its stamp recorded them)."""
-    from omni.envs.build import declared_versions
-
-    try:
-        return declared_versions(spec, (target / "freeze.txt").read_text())
-    except OSError:
-        return {}
 
 
 def list_envs(repo_root: Path, declared: Declared) -> list[EnvEntry]:

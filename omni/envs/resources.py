@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from omni import REPO_ROOT
-from omni.envs.build import declared_versions, ensure_env, env_dir, env_info, read_stamp
+from omni.envs.build import ensure_env, env_dir, env_info, installed_versions
 from omni.envs.releases import resolve
 from omni.errors import OmniError
 from omni.models.factory import PRESETS, dir_digest, file_sha256
@@ -55,13 +55,7 @@ def installed_pins(repo_root: Path, name: str, spec: EnvSpec) -> str | None:
     its freeze."""
     if not spec.venv:
         return None
-    stamp = read_stamp(repo_root, name) or {}
-    versions = stamp.get("versions")
-    if versions is None:
-        try:
-            versions = declared_versions(spec, (env_dir(repo_root, name) / "freeze.txt").read_text())
-        except OSError:
-            return None
+    versions = installed_versions(repo_root, name, spec)
     return " ".join(f"{package}=={version}" for package, version in versions.items()) or None
 
 
