@@ -83,6 +83,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "omni.serving.summary",
             "omni.stats.controls",
             "omni.stats.simulation",
+            "omni.stats.sweep_simulation",
         ),
     ),
     ("flows", ("flows",)),

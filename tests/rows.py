@@ -25,12 +25,14 @@ def store_sweep(
     memory: float = 100.0,
     extra: dict | None = None,
     columns: dict | None = None,
+    slots: int | None = None,
 ) -> list[str]:
     """Rows as a sweep would store them: decode_tok_s values per arm, fixed
-    memory, and ``columns`` on every row."""
+    memory, and ``columns`` on every row; ``slots``: each run's slot_index as
+    the plan rotates arms over that many slots."""
     run_ids = []
     order = 0
-    for arm, values in arms.items():
+    for position, (arm, values) in enumerate(arms.items()):
         config = {"name": arm, "engine": "synthetic", **(extra or {}).get(arm, {})}
         for pass_index, value in enumerate(values):
             run_id = hashlib.sha256(f"{sweep_id}{arm}{pass_index}".encode()).hexdigest()[:16]
@@ -52,6 +54,7 @@ def store_sweep(
                     "mmap": False,
                     "started_at": DAY0 + timedelta(days=day, seconds=order),
                     "finished_at": DAY0 + timedelta(days=day, seconds=order + 1),
+                    **({"slot_index": (position + pass_index) % slots} if slots else {}),
                     **(columns or {}),
                 },
             )

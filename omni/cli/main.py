@@ -175,6 +175,8 @@ def sweep_command(
         note=note,
     )
     prepared = prepare_sweep(request)
+    if why := render.unbalanced(prepared):
+        err.print(why)
     if dry_run:
         print_fleet_plan(prepared) if prepared.fleet else print_plan(prepared, results)
         return

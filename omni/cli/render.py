@@ -111,6 +111,31 @@ def _key_values(pairs: Iterable[tuple[str, Any, bool]], indent: str) -> list[str
     return lines
 
 
+def unbalanced(prepared) -> str | None:
+    """A fixed pass count that leaves the slots unbalanced for the arms, as a warning (None: balanced)."""
+    from omni.run.plan import rotation_balance
+
+    if prepared.loaded.sweep.passes == "auto" or not prepared.slots:
+        return None
+    why = rotation_balance(prepared.passes, len(prepared.slots))
+    return f"warning: {why}" if why else None
+
+
+def _rotation(sweep) -> list[str]:
+    """The slots' balance over the passes, where the spec fixes both (explicit cpulists or a slot count)."""
+    from omni.run.plan import rotation_balance
+
+    cpus = sweep.slots.cpus
+    slots = len(cpus) if isinstance(cpus, list) else 1 if isinstance(cpus, str) else sweep.slots.count
+    if sweep.passes == "auto" or not slots:
+        return [] if sweep.passes == "auto" else [
+            f"rotation: balanced when passes ({sweep.passes}) are a multiple of the host's slot count "
+            "(omni sweep says so when they are not)"
+        ]  # fmt: skip
+    why = rotation_balance(sweep.passes, slots)
+    return [f"warning: {why}" if why else f"rotation: {sweep.passes} passes balance over {slots} slot(s)"]
+
+
 def arms(loaded) -> str:
     """``omni validate``: the sweep's settings, then one block per arm (matrix
     arms and the control included) with every field, its params, its patches,
@@ -123,6 +148,7 @@ def arms(loaded) -> str:
         f"spec {loaded.path}",
         f"sha256 {loaded.sha256}",
     ]
+    head += _rotation(sweep)
     at_default = _fields_at_default(sweep)
     settings = [(k, getattr(sweep, k), at_default[k]) for k in type(sweep).model_fields if k not in ("name", "arms")]
     settings = [(k, v.model_dump() if hasattr(v, "model_dump") else v, d) for k, v, d in settings]
@@ -342,7 +368,7 @@ def op_verdicts(base: str, other: str, comparisons: Sequence, min_effect: float,
 
 def calibration(record: Mapping, sweep_ids: Sequence[str], path) -> str:
     """``omni calibrate``: per workload, each metric's noise within a sweep and drift between sweeps."""
-    from omni.history.calibration import MIN_DRIFT_SWEEPS
+    from omni.stats.verdicts import MIN_DRIFT_SWEEPS
 
     lines = [f"calibration of host {record['host']} from sweep(s) {', '.join(sweep_ids)}:"]
     for workload, entry in sorted(record["workloads"].items()):

@@ -23,7 +23,7 @@ import hashlib
 import json
 import math
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -32,7 +32,7 @@ import pandas as pd
 
 from omni.errors import OmniError
 from omni.stats.intervals import pooled_log_sd
-from omni.stats.verdicts import DEFAULT_DRIFT, MIN_DRIFT, between_sweep_drift
+from omni.stats.verdicts import between_sweep_drift, drift_estimate
 from omni.store.columns import COLUMNS_BY_NAME, metric_columns
 from omni.store.objstore import ResultsPath, results_root, write_text_once
 from omni.store.retract import ok_rows
@@ -67,6 +67,7 @@ def measure(frame: pd.DataFrame, metrics: list[str]) -> dict[str, dict]:
             "sweeps": sorted(set(rows["sweep_id"])),
             "runs": int(len(rows)),
             "noise": {},
+            "noise_df": {},  # the degrees of freedom each noise was estimated from: its weight as a prior
             "drift": {},
         }
         for metric in metrics:
@@ -76,6 +77,7 @@ def measure(frame: pd.DataFrame, metrics: list[str]) -> dict[str, dict]:
             if noise is None:
                 continue
             entry["noise"][metric] = noise
+            entry["noise_df"][metric] = sum(len(x) - 1 for x in samples if len(x) > 1)
             by_sweep = [g[metric].to_numpy(dtype=float) for _, g in valid.groupby("sweep_id")]
             if len(by_sweep) >= 2:
                 entry["drift"][metric] = between_sweep_drift(by_sweep, noise)
@@ -133,14 +135,6 @@ def load_calibrations(results: Path, host: str | None) -> list[tuple[Path, dict]
     return records
 
 
-# The fewest sweeps a measured drift is used from: k sweeps estimate it from
-# k - 1 degrees of freedom, and from 2 (one) an A/A pair compared across
-# sweeps was called different 3.6-22 % of the time at a stated 1.3 %
-# (omni simulate). From 3 on, the interval carries the estimate's own
-# degrees of freedom (omni.stats.intervals.generalized_half_width).
-MIN_DRIFT_SWEEPS = 3
-
-
 @dataclass(frozen=True)
 class Applied:
     """What a calibration says about one workload, and where that came from."""
@@ -149,6 +143,16 @@ class Applied:
     drift: dict[str, float]
     source: str  # "calibration <file> (sweeps ...)" or "none"
     sweeps: int = 0  # how many sweeps of the workload the drift was measured from
+    noise_df: dict[str, float] = field(default_factory=dict)  # per metric, the df its noise was measured from
+
+    def prior(self, metric: str) -> tuple[float, float] | None:
+        """(variance of one run's log value, df) for ``metric``, the prior a
+        verdict moderates this workload's variance with; None where the
+        calibration did not measure it or predates its df (recalibrate)."""
+        noise, df = self.noise.get(metric), self.noise_df.get(metric)
+        if noise is None or not df or not math.isfinite(noise) or noise <= 0:  # a figure that never moved: no scale
+            return None
+        return float(noise) ** 2, float(df)
 
     def drift_for(self, metric: str) -> tuple[float, str]:
         """The between-sweep drift for ``metric`` and where it came from (:meth:`drift_estimate`)."""
@@ -156,21 +160,9 @@ class Applied:
         return value, source
 
     def drift_estimate(self, metric: str) -> tuple[float, float, str]:
-        """(drift, its degrees of freedom, where it came from) for ``metric``:
-        measured from :data:`MIN_DRIFT_SWEEPS` sweeps or more (at least
-        MIN_DRIFT, k - 1 degrees of freedom), else the default, taken as known."""
-        default = DEFAULT_DRIFT[metric_kind(metric)]
-        if metric not in self.drift:
-            return default, math.inf, "default (no calibration measured it)"
-        if self.sweeps < MIN_DRIFT_SWEEPS:
-            return (
-                default,
-                math.inf,
-                f"default: {self.source} measured it from {self.sweeps} sweeps, {self.sweeps - 1} degree(s) "
-                f"of freedom, too few to use; calibrate from {MIN_DRIFT_SWEEPS} or more (omni calibrate --sweeps 3)",
-            )
-        value = max(self.drift[metric], MIN_DRIFT[metric_kind(metric)])
-        return value, float(self.sweeps - 1), f"measured from {self.sweeps} sweeps, {self.source}"
+        """(drift, its degrees of freedom, where it came from) for ``metric``
+        (:func:`omni.stats.verdicts.drift_estimate` over this calibration)."""
+        return drift_estimate(metric_kind(metric), self.drift.get(metric), self.sweeps, self.source)
 
 
 NONE = Applied({}, {}, "none")
@@ -186,6 +178,7 @@ def applied(records: list[tuple[Path, dict]], workload: str) -> Applied:
                 entry.get("drift", {}),
                 f"calibration {path.name} (sweeps {', '.join(record['sweeps'])})",
                 len(entry.get("sweeps", record["sweeps"])),
+                entry.get("noise_df", {}),
             )
     return NONE
 

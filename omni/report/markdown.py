@@ -17,7 +17,7 @@ from omni.report.units import ratio_interval
 from omni.report.verdicts import Judged
 from omni.serving.summary import LEVEL_METRICS, ServingSummary
 from omni.stats.controls import untrusted
-from omni.stats.verdicts import MIN_INTERVAL_RUNS, min_max_coverage
+from omni.stats.verdicts import ESTIMATE_LEVEL, MIN_INTERVAL_RUNS, min_max_coverage
 from omni.store.columns import COLUMNS_BY_NAME
 from omni.store.objstore import ResultsPath, results_root
 
@@ -41,6 +41,11 @@ def verdict_text(judged: Judged) -> str:
     if c.ci_low is None:
         return f"inconclusive: x{c.ratio:.3f}, fewer than 2 runs on a side"
     level = f" at {100 * c.confidence:.4g} %" if c.confidence != 0.95 else ""
+    if c.estimate:
+        return (
+            f"no verdict: x{c.ratio:.3f} {ratio_interval(*c.estimate)} at {100 * ESTIMATE_LEVEL:g} % (an estimate; "
+            f"inconclusive at its verdict level, {100 * c.confidence:.4g} %)"
+        )
     text = f"{c.verdict}: x{c.ratio:.3f} {ratio_interval(c.ci_low, c.ci_high)}{level}"
     if c.below_min_effect:
         text += f", below min_effect {c.min_effect:.0%}"
@@ -49,6 +54,8 @@ def verdict_text(judged: Judged) -> str:
             f", unreachable: drift between sweeps of ±{c.drift:.1%} is larger than min_effect {c.min_effect:.0%} "
             "allows: no number of passes settles it with 80 % power"
         )
+    elif c.passes_needed and c.reach and c.passes_needed > c.reach:
+        text += f", needs {c.passes_needed} passes: out of reach (this spec runs at most {c.reach})"
     elif c.passes_needed:
         text += f", needs {c.passes_needed} passes"
     if c.identical:
@@ -156,7 +163,8 @@ def metric_groups(summary: SweepSummary, metrics=None) -> list[tuple[str, list[s
     first = [m for m in metrics if m in summary.primary]
     rest = [m for m in metrics if m not in summary.primary]
     adjusted = (
-        " (their intervals at a stricter level than the primaries': multiplicity)"
+        " (verdicts at a stricter level than the primaries', for multiplicity; where that leaves one "
+        f"inconclusive, its {100 * ESTIMATE_LEVEL:g} % interval as an estimate, no verdict)"
         if summary.adjustment and first
         else ""
     )

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -29,13 +30,21 @@ from omni.report.states import sweep_states, sweep_swings
 from omni.report.verdicts import BLOCK, Judged, arm_values, judge, mixed_compile_cache
 from omni.report.void import void_arms, void_refusal
 from omni.serving.summary import ServingSummary, serving_summary
-from omni.spec.settings import DEFAULT_PRIMARY_METRICS
+from omni.spec.settings import DEFAULT_PRIMARY_METRICS, PASSES_MAX
 from omni.stats.controls import control_failures, control_of, prompt_audit, seed_replicas, untrusted
 from omni.stats.intervals import pooled_log_sd
 from omni.stats.modes import Explanation, Modes
+from omni.stats.planning import Layout
 from omni.stats.sequential import look_levels, planner
 from omni.stats.swing import Swing
-from omni.stats.verdicts import DEFAULT_FLOORS, Adjustment, Summary, adjust_for_multiplicity, summarize
+from omni.stats.verdicts import (
+    DEFAULT_FLOORS,
+    ESTIMATE_LEVEL,
+    Adjustment,
+    Summary,
+    adjust_for_multiplicity,
+    summarize,
+)
 from omni.store.columns import metric_columns
 from omni.store.objstore import results_root
 from omni.store.reading import unreadable_under
@@ -89,7 +98,35 @@ def _mark_bimodal(judged: Judged, key: tuple[str, str], baseline: str | None, st
     return replace(judged, bimodal=sides) if sides else judged
 
 
-def _too_few_passes(metrics, arms, cells, values, effects, plan) -> list[str]:
+def _reading(judge_at, level: float, secondary: bool, reach: int) -> Judged:
+    """One verdict at ``level`` (``judge_at(confidence=...)``), with the most
+    passes the spec may run; a secondary metric it leaves inconclusive is
+    shown as an estimate at :data:`ESTIMATE_LEVEL` instead, with no verdict
+    and no passes asked for (its level is the multiplicity's, the estimate's is not)."""
+    judged = judge_at(confidence=level)
+    c = judged.comparison
+    if c is None:
+        return judged
+    c = replace(c, reach=reach)
+    if secondary and c.verdict == "inconclusive" and c.ci_low is not None:
+        wide = judge_at(confidence=ESTIMATE_LEVEL).comparison
+        c = replace(c, estimate=(wide.ci_low, wide.ci_high), passes_needed=None)
+    return replace(judged, comparison=c)
+
+
+def _layout(ok, fitted: tuple[str, ...], control: str | None, calibrations: dict, metric: str) -> Layout | None:
+    """The blocked fit a verdict on ``metric`` is made of (None: not blocked,
+    runs on one slot), for the planner (:class:`omni.stats.planning.Layout`)."""
+    rows = ok[ok["arm"].isin(fitted) & ok[metric].notna()] if BLOCK in ok.columns else ok.iloc[0:0]
+    slots = rows[BLOCK].nunique()
+    if slots < 2:
+        return None
+    present = sorted(set(rows["arm"]))
+    calibrated = all(a in calibrations and calibrations[a].prior(metric) for a in present)
+    return Layout(len(present), int(slots), control in present, calibrated)
+
+
+def _too_few_passes(metrics, arms, cells, values, effects, plan, layouts) -> list[str]:
     """One line: per metric, the passes that would resolve its min_effect at
     the noise seen in this sweep (pooled over arms) and the metric's
     interval level, where the sweep has fewer; primary metrics first, as
@@ -99,7 +136,7 @@ def _too_few_passes(metrics, arms, cells, values, effects, plan) -> list[str]:
         sd = pooled_log_sd([np.array(v) for a in arms if len(v := values[(a, metric)]) > 1 and min(v) > 0])
         if sd is None:
             continue
-        need = plan(metric, effects[metric][0], max(sd, 1e-9))
+        need = plan(metric, effects[metric][0], max(sd, 1e-9), layouts[metric])
         if min(cells[(a, metric)].n for a in arms) < need:
             short.append(f"{metric} {need} ({effects[metric][0]:.0%} at {sd:.1%} noise)")
     if not short:
@@ -199,6 +236,10 @@ def summarize_rows(
         for m in metrics
     }
     void = void_arms(frame, profiled)
+    control = None if against else control_of(spec, arms)
+    fitted = tuple(a for a in arms if a not in void)  # every arm's runs tell the slots' speeds
+    layouts = {m: _layout(ok, fitted, control, calibrations, m) for m in metrics}
+    reach = (spec.planned_passes if spec.auto else PASSES_MAX) if spec is not None else PASSES_MAX
     cells, judged, values = {}, {}, {}
     for arm in arms:
         for metric in metrics:
@@ -210,12 +251,14 @@ def summarize_rows(
                 judged[(arm, metric)] = Judged(None, void_refusal(arm if arm in void else baseline, voided))
                 continue
             level = adjustment.confidence[metric]
-            judged[(arm, metric)] = judge(ok, ok, baseline, arm, metric, effects[metric][0], 0.0, level, BLOCK)
+            priors = {a: calibrations[a].prior(metric) for a in fitted if a in calibrations}
+            one = partial(judge, ok, ok, baseline, arm, metric, effects[metric][0], 0.0, block=BLOCK,
+                          sweep_arms=fitted, control=control, priors=priors)  # fmt: skip
+            judged[(arm, metric)] = _reading(one, level, metric in adjustment.secondary, reach)
             if (c := judged[(arm, metric)].comparison) and c.passes_needed and c.noise and adjustment.look:
-                needed = plan(metric, c.min_effect, max(c.noise, c.drift))
+                needed = plan(metric, c.min_effect, max(c.noise, c.drift), layouts[metric])
                 judged[(arm, metric)] = replace(judged[(arm, metric)], comparison=replace(c, passes_needed=needed))
-    warnings = _too_few_passes(metrics, arms, cells, values, effects, plan)
-    control = None if against else control_of(spec, arms)
+    warnings = _too_few_passes(metrics, arms, cells, values, effects, plan, layouts)
     untrusted = control_failures(judged, control, baseline, metrics) if control and baseline != control else {}
     modes, states = sweep_states(ok, arms, adjustment.primary, effects)
     judged = {key: _mark_bimodal(j, key, baseline, states) for key, j in judged.items()}

@@ -10,6 +10,7 @@ verdicts across sweeps (:mod:`omni.history.compare`) both use it.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,7 +18,7 @@ import pandas as pd
 
 from omni.history.calibration import metric_kind
 from omni.measure.kv import memory_refusal, provisioning_of
-from omni.stats.verdicts import Comparison, compare, within_run_variance
+from omni.stats.verdicts import Companion, Comparison, Prior, compare, within_run_variance
 from omni.store.columns import COLUMNS_BY_NAME
 
 # rows carry these rules from the runner; a comparison over such rows warns
@@ -107,6 +108,9 @@ def judge(
     confidence: float = 0.95,
     block: str | None = None,
     drift_df: float = math.inf,
+    sweep_arms: tuple[str, ...] = (),
+    control: str | None = None,
+    priors: Mapping[str, Prior] | None = None,
 ) -> Judged:
     """Compare ``arm`` (rows ``other``) with ``base_arm`` (rows ``base``) on one
     metric; ``drift`` > 0 when the two come from different sweeps;
@@ -115,7 +119,12 @@ def judge(
     ``drift_df``: the degrees of freedom the drift was measured from (infinite: taken as known).
     A memory metric's runs are given a least sd of one page (:func:`memory_floor`):
     a figure that repeats to the page has no spread to see, and none would
-    make an interval of width zero."""
+    make an interval of width zero.
+    ``sweep_arms``: the sweep's other arms (rows in ``base``), whose runs
+    enter a blocked fit (:func:`omni.stats.sweepfit.fit_contrast`);
+    ``control``: the baseline's A/A replica, sharing its variance; ``priors``:
+    arm -> its calibration's (variance, df) on this host, where it has one."""
+    priors = priors or {}
     warnings = tuple(_row_warnings(base, base_arm) + _row_warnings(other, arm))
     if metric_kind(metric) == "memory":
         # like for like or not at all: KV pools near need, same engine, mmap mode and KV ratio
@@ -142,6 +151,18 @@ def judge(
         confidence=confidence,
         within=(_within(base, base_arm, metric), _within(other, arm, metric)),
         blocks=(_blocks(base, base_arm, metric, block), _blocks(other, arm, metric, block)) if block else None,
+        companions=tuple(
+            Companion(
+                arm_values(base, name, metric),
+                _blocks(base, name, metric, block),
+                name == control,
+                _within(base, name, metric),
+            )
+            for name in sweep_arms
+            if block and name not in (base_arm, arm)
+        ),  # fmt: skip
+        replica=arm == control,
+        priors=(priors.get(base_arm), priors.get(arm)),
     )
     return Judged(result, None, warnings)
 

@@ -167,6 +167,28 @@ def plan_sweep(
     return items
 
 
+def rotation_balance(passes: int, slots: int) -> str | None:
+    """Why ``passes`` leave the arms' rotation over ``slots`` unbalanced, and
+    the nearest passes that balance it; None where it is balanced (or one slot).
+
+    Over a multiple of ``slots`` passes each arm runs equally often on each
+    slot, and a slot's speed cancels from every comparison; otherwise each
+    arm runs some slots once more than others, the fit must estimate the
+    slots' speeds from the arms' imbalance, and that costs the verdict
+    residual degrees of freedom: in ``omni simulate`` a 10 % slowdown at 2 %
+    noise in a 4-arm sweep over 2 slots was called at 3 passes in 38 % of
+    sweeps, at 4 passes in 94 %."""
+    if slots < 2 or passes % slots == 0:
+        return None
+    low, high = passes - passes % slots, passes + slots - passes % slots
+    near = f"{high}" if low < 2 else f"{low} or {high}"
+    per = f"{passes // slots} or {passes // slots + 1}"
+    return (
+        f"unbalanced rotation: {passes} passes over {slots} slots run each arm {per} times per slot, so the "
+        f"verdicts fit the slots' speeds from the imbalance and decide less; passes: {near} balance it"
+    )
+
+
 def rotated_slot(slots: list[Slot], arm_position: int, pass_index: int) -> Slot:
     """The slot of an arm's pass: arm i in pass p runs on slot (i + p) mod
     len(slots), a cyclic Latin square; one slot: that slot."""

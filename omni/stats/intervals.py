@@ -1,7 +1,8 @@
 """Two-sample intervals on log run values: the half-width of a difference
 whose variance is a sum of parts each estimated with its own degrees of
-freedom (the generalized pivotal quantity), the two-sample interval, and
-the slot-blocked fit; :func:`omni.stats.verdicts.compare` reads verdicts off them.
+freedom (the generalized pivotal quantity) and the two-sample interval;
+:mod:`omni.stats.sweepfit` holds the slot-blocked fit over a sweep's arms,
+and :func:`omni.stats.verdicts.compare` reads verdicts off them.
 
 Pure (STYLE.md 4): floats in, tuples out; numpy and scipy only.
 """
@@ -123,73 +124,3 @@ def welch_log_interval(
     df = math.inf if parts == 0 else var**2 / parts
     half = generalized_half_width((sb, so, extra), (lb.size - 1, lo.size - 1, drift_df), confidence)
     return diff, half, noise, df
-
-
-def blocked_log_interval(
-    b: np.ndarray,
-    o: np.ndarray,
-    blocks: tuple[Sequence, Sequence],
-    confidence: float,
-    drift: float = 0.0,
-    within: tuple[float, float] = (0.0, 0.0),
-    drift_df: float = math.inf,
-) -> tuple[float, float, float, float] | None:
-    """(difference of log means, its half-width, residual sd, df) with the
-    block (a slot) as a blocking factor; None where it cannot be fitted.
-
-    Least squares of log value = level + arm + block (an additive two-way
-    model without interaction, e.g. Montgomery, Design and Analysis of
-    Experiments, ch. 4): the arm coefficient is the difference of the arms
-    within blocks. A slot on another socket or nearer the orchestrator
-    shifts every run on it; unblocked, that shift is noise (a wider
-    interval) or, where arms visited slots unequally, bias.
-
-    The two arms need not be equally noisy (a stock and a patched vLLM arm
-    ran 340-910 against 475-625 tok/s in one sweep), so the coefficient's
-    variance is not s^2 (X'X)^-1 from one pooled residual variance: where
-    the noisier arm has fewer runs that undercounts its noise (6 v 3 runs
-    at 2 % v 10 %: 11 % misses at a stated 1.3 %). Each arm's residual
-    variance is its own, sum r^2 / sum (1 - h) over its runs (h the hat
-    matrix's diagonal: the residual degrees of freedom its runs hold), and
-    the variance of the coefficient is the sandwich sum_g s_g^2 sum_{i in g} w_i^2
-    (w: the coefficient's row of (X'X)^-1 X'), with degrees of freedom by
-    Satterthwaite (1946) over the two arms' parts and the drift's: the
-    two-sample Welch interval, within blocks. Each arm's variance is floored
-    by ``within`` as Welch's is; the between-sweep ``drift`` adds 2 drift^2
-    with ``drift_df`` degrees of freedom of its own. None when the runs sit
-    in one block, a block label is missing, an arm has no residual degree
-    of freedom of its own, or the arm is confounded with the blocks: the
-    caller falls back to Welch.
-    """
-    labels = [*blocks[0], *blocks[1]]
-    if len(labels) != b.size + o.size or any(v is None or (isinstance(v, float) and math.isnan(v)) for v in labels):
-        return None
-    levels = sorted(set(labels))
-    if len(levels) < 2:
-        return None
-    y = np.concatenate([np.log(b), np.log(o)])
-    arm = np.r_[np.zeros(b.size), np.ones(o.size)]
-    x = np.column_stack([np.ones(y.size), arm, *[[float(v == level) for v in labels] for level in levels[1:]]])
-    if y.size - x.shape[1] < 1 or np.linalg.matrix_rank(x) < x.shape[1]:
-        return None
-    inverse = np.linalg.inv(x.T @ x)
-    coef = inverse @ x.T @ y
-    resid = y - x @ coef
-    leverage = np.einsum("ij,jk,ik->i", x, inverse, x)
-    weight = (inverse @ x.T)[1]  # the arm coefficient = weight @ y
-    parts, dfs, sds = [], [], []
-    for side, floor in ((arm == 0, within[0]), (arm == 1, within[1])):
-        df = float((1 - leverage[side]).sum())
-        if df < 0.5:  # an arm whose runs the blocks fit exactly: no variance of its own
-            return None
-        s2 = max(float(resid[side] @ resid[side]) / df, floor)
-        parts.append(s2 * float(weight[side] @ weight[side]))
-        dfs.append(df)
-        sds.append(s2)
-    extra = 2 * drift**2
-    var = sum(parts) + extra
-    terms = sum(p**2 / d for p, d in zip(parts, dfs)) + (extra**2 / drift_df if math.isfinite(drift_df) else 0.0)
-    df = math.inf if terms == 0 else var**2 / terms
-    noise = math.sqrt((sds[0] * dfs[0] + sds[1] * dfs[1]) / (dfs[0] + dfs[1]))
-    half = generalized_half_width((*parts, extra), (*dfs, drift_df), confidence)
-    return float(coef[1]), half, noise, df

@@ -78,7 +78,8 @@ import numpy as np
 from scipy import optimize
 from scipy.stats import norm
 
-from omni.stats.verdicts import Adjustment, Comparison, passes_needed
+from omni.stats.planning import passes_needed
+from omni.stats.verdicts import Adjustment, Comparison
 
 FIRST_LOOK = 3  # passes before the first look: fewer give no noise estimate worth a verdict
 DEFAULT_MAX_PASSES = 20
@@ -230,14 +231,17 @@ def look_levels(adjustment: Adjustment, passes: int, max_passes: int, stopped: s
     )
 
 
-def planner(adjustment: Adjustment) -> Callable[[str, float, float], int]:
-    """(metric, effect, cv) -> the passes per arm that resolve ``effect``: the
+def planner(adjustment: Adjustment) -> Callable[..., int]:
+    """(metric, effect, cv, layout=None) -> the passes per arm that resolve ``effect``
+    (``layout``: the blocked fit's, :class:`omni.stats.planning.Layout`): the
     fixed-sample :func:`omni.stats.verdicts.passes_needed` at the metric's level, or
     for a sequential sweep's levels (:func:`look_levels`) :func:`passes_to_stop`."""
     if adjustment.look is None or adjustment.fixed is None:
-        return lambda metric, effect, cv: passes_needed(effect, cv, adjustment.confidence[metric])
+        return lambda metric, effect, cv, layout=None: passes_needed(
+            effect, cv, adjustment.confidence[metric], layout=layout
+        )
     fixed, most = adjustment.fixed, adjustment.look[1]
-    return lambda metric, effect, cv: passes_to_stop(effect, cv, fixed[metric], most)
+    return lambda metric, effect, cv, layout=None: passes_to_stop(effect, cv, fixed[metric], most, layout=layout)
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ pair is called different at most 1 - level of the time, an interval of the
 median holds it at least 95 % of the time, "needs N passes" is settled at N
 with 80 % power. Those claims are only as good as the configurations they
 were checked at. Here each rule is run, as the summary runs it (the same
-functions: :func:`omni.stats.verdicts.compare`, :meth:`omni.history.calibration.Applied.drift_estimate`,
+functions: :func:`omni.stats.verdicts.compare`, :func:`omni.stats.verdicts.drift_estimate`,
 :func:`omni.stats.verdicts.passes_needed`, :func:`omni.stats.verdicts.summarize`,
 :func:`omni.run.plan.rotated_slot`), on simulated runs at the configurations a
 two-socket host produces: 1, 2 and 4 slots with a speed each, 2-30 runs an
@@ -27,17 +27,24 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from omni.history.calibration import Applied
 from omni.run.plan import rotated_slot
 from omni.stats.changepoints import ALPHA as SHIFT_ALPHA
 from omni.stats.changepoints import level_shifts
 from omni.stats.intervals import pooled_log_sd
 from omni.stats.modes import ALPHA as STATES_ALPHA
 from omni.stats.modes import split_found
+from omni.stats.planning import Layout, passes_needed
 from omni.stats.quantiles import percentile_bound
 from omni.stats.sequential import FIRST_LOOK, decide, look_confidence, passes_to_stop
+from omni.stats.sweep_simulation import MIN_EFFECT, SLOT_SD, Sweep, false_calls, power
 from omni.stats.swing import SWING_ALPHA, swing_found
-from omni.stats.verdicts import adjust_for_multiplicity, between_sweep_drift, compare, passes_needed, summarize
+from omni.stats.verdicts import (
+    adjust_for_multiplicity,
+    between_sweep_drift,
+    compare,
+    drift_estimate,
+    summarize,
+)
 
 METRIC = "decode_tok_s"  # a time-kind metric: its drift rules are the ones simulated
 # A default spec's primary level: 3 primary metrics share 4 % of the arm's 5 %.
@@ -45,8 +52,6 @@ PRIMARY = adjust_for_multiplicity(
     ["decode_tok_s", "ttft_ms", "e2e_s", "rss_anon_steady_mb"], ["decode_tok_s", "ttft_ms", "e2e_s"]
 )
 LEVEL = PRIMARY.confidence[METRIC]
-MIN_EFFECT = 0.05
-SLOT_SD = 0.05  # a slot's own speed, sd of its log: sockets and memory controllers differ by a few %
 
 
 @dataclass(frozen=True)
@@ -55,18 +60,22 @@ class Row:
 
     rule: str
     setting: str
-    stated: float
+    stated: float | None  # None: a power row, which states no rate and is read beside its references
     bound: str  # "at most" | "at least": which side of ``stated`` the rate must be on
     rate: float
     draws: int
+    references: tuple[tuple[str, float], ...] = ()  # (test, its rate on the same draws)
 
     @property
     def se(self) -> float:
-        """The Monte Carlo standard error of ``rate`` were the true rate the stated one."""
-        return math.sqrt(self.stated * (1 - self.stated) / self.draws)
+        """The Monte Carlo standard error of ``rate`` were the true rate the stated one (or the simulated one)."""
+        p = self.rate if self.stated is None else self.stated
+        return math.sqrt(p * (1 - p) / self.draws)
 
     @property
     def holds(self) -> bool:
+        if self.stated is None:
+            return True
         if self.bound == "at most":
             return self.rate <= self.stated + 4 * self.se
         return self.rate >= self.stated - 4 * self.se
@@ -127,7 +136,7 @@ def settled_at_planned(rng, draws: int, sd: float, effect: float, slots: int = 2
     is settled the right way: ``equivalent`` at a true ratio of 1, ``worse``
     at 1 - min_effect. Stated: 80 % power."""
     goal = "equivalence" if effect == 0 else "difference"
-    n = passes_needed(MIN_EFFECT, sd, LEVEL, goal=goal)
+    n = passes_needed(MIN_EFFECT, sd, LEVEL, goal=goal, layout=Layout(2, slots, False, False) if slots > 1 else None)
     want = "equivalent" if effect == 0 else "worse"
     right = 0
     for _ in range(draws):
@@ -139,9 +148,20 @@ def settled_at_planned(rng, draws: int, sd: float, effect: float, slots: int = 2
                0.8, "at least", right / draws, draws)  # fmt: skip
 
 
-def _calibrated(rng, sweeps: int, runs: int, noise: float, drift: float) -> Applied:
-    """A calibration as ``omni calibrate --sweeps`` measures it: an A/A
-    workload (two arms) run ``sweeps`` times, each sweep's level moved by the drift."""
+def settled_in_sweep(rng, draws: int, sd: float, calibrated: bool) -> Row:
+    """A 4-arm sweep (baseline, control, two others; 2 slots) at the passes
+    the planner names for its layout: the arm min_effect slower called
+    worse, stated 80 %."""
+    n = passes_needed(MIN_EFFECT, sd, LEVEL, goal="difference", layout=Layout(4, 2, True, calibrated))
+    sweep = _four(n, 2, (sd, sd, sd), MIN_EFFECT, **(CALIBRATED if calibrated else {}))
+    rate = power(rng, draws, sweep, 3, LEVEL)["omni"]
+    return Row("'needs N passes' settles it at N (worse)", f"{sweep.describe()}, N = {n}", 0.8, "at least", rate, draws)
+
+
+def _calibrated(rng, sweeps: int, runs: int, noise: float, drift: float) -> tuple[float, float, str]:
+    """The drift a calibration as ``omni calibrate --sweeps`` measures it
+    gives (:func:`omni.stats.verdicts.drift_estimate`): an A/A workload (two
+    arms) run ``sweeps`` times, each sweep's level moved by the drift."""
     by_sweep, samples = [], []
     for _ in range(sweeps):
         level = rng.normal(0.0, drift)
@@ -149,7 +169,7 @@ def _calibrated(rng, sweeps: int, runs: int, noise: float, drift: float) -> Appl
         samples += arms
         by_sweep.append(np.concatenate(arms))
     sd = pooled_log_sd(samples)
-    return Applied({METRIC: sd}, {METRIC: between_sweep_drift(by_sweep, sd)}, "simulated", sweeps)
+    return drift_estimate("time", between_sweep_drift(by_sweep, sd), sweeps, "simulated")
 
 
 def cross_sweep_aa(rng, draws: int, sweeps: int, noise: float, drift: float, runs: int = 5) -> Row:
@@ -158,7 +178,7 @@ def cross_sweep_aa(rng, draws: int, sweeps: int, noise: float, drift: float, run
     omni does not use so few): called different."""
     wrong = 0
     for _ in range(draws):
-        value, df, _ = _calibrated(rng, sweeps, runs, noise, drift).drift_estimate(METRIC)
+        value, df, _ = _calibrated(rng, sweeps, runs, noise, drift)
         before = np.exp(rng.normal(0.0, drift) + _log_normal(rng, noise, runs))
         after = np.exp(rng.normal(0.0, drift) + _log_normal(rng, noise, runs))
         c = compare(before, after, better="higher", min_effect=MIN_EFFECT, confidence=LEVEL, drift=value, drift_df=df)
@@ -264,11 +284,77 @@ def auto_passes(rng, draws: int, max_passes: int, sd: float, effect: float) -> R
     return Row("passes: auto settles it by the passes it names", setting, 0.8, "at least", hits / draws, draws)
 
 
+def sweep_power(rng, draws: int, sweep: Sweep) -> Row:
+    """A sweep whose last arm is slower: called worse, by omni beside the
+    pooled t and the oracle on the same draws (:mod:`omni.stats.sweep_simulation`)."""
+    rates = power(rng, draws, sweep, sweep.arms - 1, LEVEL)
+    refs = tuple((k, v) for k, v in rates.items() if k != "omni")
+    rule = f"power: {-sweep.effects[-1]:.0%} slower called worse"
+    return Row(rule, sweep.describe(), None, "power", rates["omni"], draws, refs)
+
+
+def sweep_false_calls(rng, draws: int, sweep: Sweep) -> Row:
+    """An A/A sweep: any of its arms called different from the baseline,
+    beside the pooled t on the same draws; stated: the arms' count x the metric's error."""
+    rates = false_calls(rng, draws, sweep, LEVEL)
+    stated = (sweep.arms - 1) * (1 - LEVEL)
+    refs = (("pooled t", rates["pooled t"]),)
+    return Row("A/A sweep: any arm called different", sweep.describe(), stated, "at most", rates["omni"], draws, refs)
+
+
 def _normal_quantile(q: float) -> float:
     from scipy.stats import norm
 
     return float(norm.ppf(q))
 
+
+def _four(passes: int, slots: int, noise: tuple[float, float, float], effect: float = 0.0, **calibration) -> Sweep:
+    """Baseline and control at noise[0], two other arms at noise[1] and
+    noise[2], the last ``effect`` slower."""
+    sds = (noise[0], noise[0], noise[1], noise[2])
+    return Sweep(passes, slots, sds, (0.0, 0.0, 0.0, -effect), True, **calibration)
+
+
+def _two(passes: int, noise: tuple[float, float], effect: float = 0.0, **calibration) -> Sweep:
+    return Sweep(passes, 2, noise, (0.0, -effect), False, **calibration)
+
+
+CALIBRATED = {"calibrated": 12}  # 3 calibration sweeps of 2 arms of 3 runs
+# A/A sweeps: the 4-arm ones as a default spec runs them (control on)
+SWEEPS_AA = [
+    _four(3, 2, (0.02, 0.02, 0.02)),
+    _four(3, 2, (0.02, 0.02, 0.10)),
+    _four(3, 2, (0.10, 0.02, 0.02)),
+    _four(3, 4, (0.02, 0.02, 0.02)),
+    _four(4, 2, (0.02, 0.10, 0.10)),
+    _four(3, 2, (0.02, 0.02, 0.02), **CALIBRATED),
+    _four(3, 2, (0.02, 0.02, 0.10), **CALIBRATED),
+    _four(3, 2, (0.02, 0.02, 0.02), **CALIBRATED, noisier=(2, 2, 2, 2)),
+    _four(3, 2, (0.02, 0.02, 0.02), **CALIBRATED, noisier=(1, 1, 1, 2)),
+    _four(3, 2, (0.02, 0.02, 0.02), **CALIBRATED, noisier=(1.5, 1.5, 1, 1)),
+    _two(3, (0.02, 0.02), **CALIBRATED, noisier=(1, 2)),
+    _two(3, (0.02, 0.10), **CALIBRATED),
+]
+# power: the last arm slower, at the passes users run
+SWEEPS_POWER = [
+    _two(3, (0.02, 0.02), 0.10),
+    _four(3, 2, (0.02, 0.02, 0.02), 0.10),
+    _two(4, (0.02, 0.02), 0.10),
+    _four(4, 2, (0.02, 0.02, 0.02), 0.10),
+    _four(4, 2, (0.02, 0.02, 0.02), 0.05),
+    _four(3, 4, (0.02, 0.02, 0.02), 0.10),
+    _four(4, 4, (0.02, 0.02, 0.02), 0.10),
+    _four(4, 2, (0.02, 0.05, 0.05), 0.10),
+    _two(5, (0.05, 0.05), 0.10),
+    _four(5, 2, (0.05, 0.05, 0.05), 0.10),
+    _four(6, 2, (0.05, 0.05, 0.05), 0.10),
+    _two(3, (0.02, 0.02), 0.10, **CALIBRATED),
+    _four(3, 2, (0.02, 0.02, 0.02), 0.10, **CALIBRATED),
+    _four(3, 2, (0.02, 0.02, 0.02), 0.05, **CALIBRATED),
+    _four(3, 2, (0.02, 0.02, 0.02), 0.10, **CALIBRATED, noisier=(2, 2, 2, 2)),
+    _two(5, (0.05, 0.05), 0.10, **CALIBRATED),
+    _four(5, 2, (0.05, 0.05, 0.05), 0.10, **CALIBRATED),
+]
 
 # (name, row maker) for every configuration of the table; quick: the subset test-fast runs
 Maker = Callable[[np.random.Generator, int], Row]
@@ -297,11 +383,17 @@ def table(quick: bool = False) -> Iterator[tuple[str, Maker]]:
     if quick:
         yield "cross-3-0.02-0.02", _bind(cross_sweep_aa, 3, 0.02, 0.02)
         return
+    for k, sweep in enumerate(SWEEPS_AA):
+        yield f"aa-sweep-{k}", _bind(sweep_false_calls, sweep)
+    for k, sweep in enumerate(SWEEPS_POWER):
+        yield f"power-{k}", _bind(sweep_power, sweep)
     for arms in (4, 8):
         yield f"aa-arms-{arms}", _bind(aa_any_of_k_arms, arms, 5, 0.05)
     for sd in (0.02, 0.05, 0.10):
         yield f"settle-aa-{sd}", _bind(settled_at_planned, sd, 0.0)
         yield f"settle-effect-{sd}", _bind(settled_at_planned, sd, MIN_EFFECT)
+    for sd, calibrated in ((0.02, False), (0.02, True), (0.05, False), (0.05, True)):
+        yield f"settle-sweep-{sd}-{calibrated}", _bind(settled_in_sweep, sd, calibrated)
     for sweeps, noise, drift in ((3, 0.02, 0.01), (3, 0.02, 0.02), (3, 0.01, 0.03), (5, 0.02, 0.02), (2, 0.02, 0.01)):
         yield f"cross-{sweeps}-{noise}-{drift}", _bind(cross_sweep_aa, sweeps, noise, drift)
     for n in (6, 7, 10, 30):
@@ -329,12 +421,14 @@ def simulate(draws: int = 4000, seed: int = 20261204, quick: bool = False) -> li
 
 def rows_markdown(rows: list[Row]) -> str:
     lines = [
-        "| rule | configuration | stated | simulated (draws) | holds |",
-        "|---|---|---|---|---|",
+        "| rule | configuration | stated | simulated (draws) | same draws | holds |",
+        "|---|---|---|---|---|---|",
     ]
     for row in rows:
+        stated = "—" if row.stated is None else f"{row.bound} {row.stated:.2%}"
+        same = ", ".join(f"{name} {rate:.1%}" for name, rate in row.references) or "—"
+        holds = "—" if row.stated is None else "yes" if row.holds else "**no**"
         lines.append(
-            f"| {row.rule} | {row.setting} | {row.bound} {row.stated:.2%} | {row.rate:.2%} ± {row.se:.2%} "
-            f"({row.draws}) | {'yes' if row.holds else '**no**'} |"
+            f"| {row.rule} | {row.setting} | {stated} | {row.rate:.2%} ± {row.se:.2%} ({row.draws}) | {same} | {holds} |"
         )
     return "\n".join(lines) + "\n"

@@ -31,7 +31,9 @@ resolution). ``omni simulate`` (:mod:`omni.stats.simulation`) checks every state
 rate at the configurations users run.
 
 Where the runs of a sweep sit on several slots the interval is instead the
-arm coefficient of an arm + slot fit in log space (:func:`omni.stats.intervals.blocked_log_interval`).
+contrast of an arm + slot fit in log space over every arm of the sweep
+(:func:`omni.stats.sweepfit.fit_contrast`): the sweep's other arms tell the
+slots' speeds, and the baseline's A/A control shares the baseline's noise.
 An arm is judged on many metrics at once; :func:`adjust_for_multiplicity`
 sets each metric's interval level so that an arm identical to the baseline
 is called different on any of them at most 5 % of the time.
@@ -48,7 +50,9 @@ from typing import Literal
 import numpy as np
 from scipy import stats as sps
 
-from omni.stats.intervals import blocked_log_interval, two_sided_quantile, welch_log_interval
+from omni.stats.intervals import welch_log_interval
+from omni.stats.planning import Layout, drift_allows, passes_needed
+from omni.stats.sweepfit import fit_contrast
 
 Better = Literal["higher", "lower"]
 Verdict = Literal["better", "worse", "equivalent", "inconclusive"]
@@ -77,6 +81,31 @@ DEFAULT_DRIFT = {"time": 0.01, "memory": 0.0001, "op": 0.01}
 # The least drift a calibration may claim: two sweeps estimate it from one
 # degree of freedom, and a lucky pair must not make cross-sweep verdicts exact.
 MIN_DRIFT = {"time": 0.002, "memory": 0.00005, "op": 0.002}
+# The fewest sweeps a measured drift is used from: k sweeps estimate it from
+# k - 1 degrees of freedom, and from 2 (one) an A/A pair compared across
+# sweeps was called different 3.6-22 % of the time at a stated 1.3 %
+# (omni simulate). From 3 on, the interval carries the estimate's own
+# degrees of freedom (omni.stats.intervals.generalized_half_width).
+MIN_DRIFT_SWEEPS = 3
+
+
+def drift_estimate(kind: str, measured: float | None, sweeps: int, source: str) -> tuple[float, float, str]:
+    """(drift, its degrees of freedom, where it came from) for a metric of
+    ``kind`` whose calibration from ``sweeps`` sweeps measured ``measured``
+    (None: it did not): from :data:`MIN_DRIFT_SWEEPS` sweeps or more, at
+    least ``MIN_DRIFT``, with k - 1 degrees of freedom; else the default,
+    taken as known. ``source`` names the calibration."""
+    default = DEFAULT_DRIFT[kind]
+    if measured is None:
+        return default, math.inf, "default (no calibration measured it)"
+    if sweeps < MIN_DRIFT_SWEEPS:
+        return (
+            default,
+            math.inf,
+            f"default: {source} measured it from {sweeps} sweeps, {sweeps - 1} degree(s) "
+            f"of freedom, too few to use; calibrate from {MIN_DRIFT_SWEEPS} or more (omni calibrate --sweeps 3)",
+        )
+    return max(measured, MIN_DRIFT[kind]), float(sweeps - 1), f"measured from {sweeps} sweeps, {source}"
 
 
 def _real(values: Iterable[float | None]) -> np.ndarray:
@@ -209,12 +238,56 @@ class Comparison:
     below_min_effect: bool = False  # better/worse, but the whole interval is inside +-min_effect
     passes_needed: int | None = None  # per arm, to resolve min_effect (inconclusive only)
     confidence: float = 0.95  # of the interval: above 0.95 where adjusted for the metrics judged with it
-    blocked: bool = False  # judged within blocks (slots): the interval is blocked_log_interval's
+    blocked: bool = False  # judged within blocks (slots): the interval is omni.stats.sweepfit.fit_contrast's
+    df: float | None = None  # the interval's variance's degrees of freedom (Satterthwaite's, for reference)
+    calibrated: bool = False  # the arms' noise scaled from their calibrations (omni.stats.sweepfit)
+    prior_refused: bool = False  # the calibrations were refused: an arm's relative noise is not what they say
+    # a secondary metric left inconclusive at its level: its interval at ESTIMATE_LEVEL, shown instead (no verdict)
+    estimate: tuple[float, float] | None = None
+    reach: int | None = None  # the most passes the spec may run: a passes_needed above it is out of reach
     drift_df: float = math.inf  # the drift's degrees of freedom (a calibration from k sweeps: k - 1)
     # inconclusive for good: the drift alone keeps the interval wider than min_effect at any number of passes
     unreachable: bool = False
     identical: int | None = None  # every run of both sides gave one value: how many runs (memory, mostly)
     floor: float = 0.0  # the least relative sd of one run assumed (a memory figure's resolution)
+
+
+# (variance of one run's log value, its df) measured elsewhere for an arm's configuration
+Prior = tuple[float, float] | None
+
+
+@dataclass(frozen=True)
+class Companion:
+    """Another arm of the sweep, in a blocked comparison's fit: its values
+    and their blocks; ``replica``: it runs the baseline's configuration."""
+
+    values: Sequence[float | None]
+    blocks: Sequence
+    replica: bool = False
+    within: float = 0.0
+    prior: Prior = None
+
+
+def _sweep_fit(b, o, blocks, companions, replica, priors, confidence, drift, within, drift_df, floor):
+    """The blocked interval over base, other and the companions (None: not fittable)."""
+    logs, labels, groups, floors = (
+        [np.log(b), np.log(o)],
+        [blocks[0], blocks[1]],
+        [0, 0 if replica else 1],
+        list(within),
+    )
+    for k, companion in enumerate(companions):
+        values, where = _positive(companion.values, companion.blocks)
+        if values.size:
+            logs.append(np.log(values))
+            labels.append(where)
+            groups.append(0 if companion.replica else 2 + k)
+            floors.append(max(companion.within, floor**2))
+    by_group = {0: priors[0], 1: priors[1]} | {2 + k: c.prior for k, c in enumerate(companions) if not c.replica}
+    by_group = {g: p for g, p in by_group.items() if p is not None and g in groups}
+    return fit_contrast(
+        logs, labels, groups, 0, 1, confidence, drift=drift, drift_df=drift_df, floors=floors, priors=by_group
+    )
 
 
 def _positive(values: Sequence[float | None], blocks: Sequence | None) -> tuple[np.ndarray, list]:
@@ -248,6 +321,9 @@ def compare(
     blocks: tuple[Sequence, Sequence] | None = None,
     drift_df: float = math.inf,
     floor: float = 0.0,
+    companions: Sequence[Companion] = (),
+    replica: bool = False,
+    priors: tuple[Prior, Prior] = (None, None),
 ) -> Comparison:
     """Judge ``other`` against ``base`` with an equivalence margin (see module doc).
 
@@ -264,6 +340,13 @@ def compare(
     both sides: a figure that repeats exactly (a process's RssAnon, run after
     run) has no spread to see, and without a floor 2 identical values a side
     would give an interval of width zero.
+    ``companions``: the sweep's other arms (blocked verdicts only): their
+    runs enter the slot fit, a replica's the baseline's variance too.
+    ``replica``: ``other`` runs the baseline's own configuration (the A/A
+    control): the two share one variance. ``priors``: per side, (variance of
+    one run's log value, df) measured elsewhere for its configuration on
+    this host (a stored calibration), moderating its variance (blocked
+    verdicts only; :mod:`omni.stats.sweepfit`).
     """
     b, b_blocks = _positive(base, blocks[0] if blocks else None)
     o, o_blocks = _positive(other, blocks[1] if blocks else None)
@@ -285,8 +368,16 @@ def compare(
             floor=floor,
         )
     within = (max(within[0], floor**2), max(within[1], floor**2))
-    fitted = blocked_log_interval(b, o, (b_blocks, o_blocks), confidence, drift, within, drift_df) if blocks else None
-    diff, half, noise, _ = fitted or welch_log_interval(b, o, confidence, drift, within, drift_df)
+    fitted = (
+        _sweep_fit(b, o, (b_blocks, o_blocks), companions, replica, priors, confidence, drift, within, drift_df, floor)
+        if blocks
+        else None
+    )
+    diff, half, noise, df = (
+        (fitted.diff, fitted.half, fitted.noise, fitted.df)
+        if fitted
+        else welch_log_interval(b, o, confidence, drift, within, drift_df)
+    )
     noise = max(noise, math.sqrt(max(within)))
     ratio, low, high = _exp(diff), _exp(diff - half), _exp(diff + half)
     margin = math.log1p(min_effect)
@@ -295,6 +386,9 @@ def compare(
     common = {
         "confidence": confidence,
         "blocked": fitted is not None,
+        "df": df,
+        "calibrated": bool(fitted and fitted.calibrated),
+        "prior_refused": bool(fitted and fitted.refused),
         "drift_df": drift_df,
         "identical": int(b.size + o.size) if same else None,
         "floor": floor,
@@ -310,7 +404,17 @@ def compare(
         return Comparison(
             b.size, o.size, ratio, low, high, min_effect, noise, drift, "inconclusive", unreachable=True, **common
         )
-    needed = passes_needed(min_effect, noise, confidence, drift=drift, drift_df=drift_df)
+    layout = (
+        Layout(
+            2 + sum(1 for c in companions if _positive(c.values, c.blocks)[0].size),
+            len({*b_blocks, *o_blocks, *(k for c in companions for k in c.blocks)}),
+            replica or any(c.replica for c in companions),
+            fitted.calibrated,
+        )
+        if fitted
+        else None
+    )
+    needed = passes_needed(min_effect, noise, confidence, drift=drift, drift_df=drift_df, layout=layout)
     return Comparison(
         b.size, o.size, ratio, low, high, min_effect, noise, drift, "inconclusive", passes_needed=needed, **common
     )
@@ -321,6 +425,10 @@ def compare(
 ALPHA = 0.05  # the chance, per arm against the baseline, of calling an A/A arm different on any metric
 # The primary metrics' share of ALPHA; the rest of the judged metrics share the remainder.
 PRIMARY_SHARE = 0.8
+# An inconclusive secondary metric is shown as an estimate at this level, with no verdict:
+# at its Bonferroni level (99.92 % among 13) and 1.5-2 residual df a side, 3 passes gave
+# ratio intervals such as [0.013, 67] that tell a reader nothing.
+ESTIMATE_LEVEL = 0.95
 
 
 @dataclass(frozen=True)
@@ -404,92 +512,6 @@ def within_run_variance(sd_logs: Sequence[float | None], iterations: Sequence[fl
         if sd is not None and k is not None and not math.isnan(float(sd)) and float(k) >= 2
     ]
     return sum(parts) / len(parts) if parts else 0.0
-
-
-Goal = Literal["difference", "equivalence", "either"]
-
-
-def _power_quantile(power: float, goal: Goal) -> float:
-    """The quantile of the power term: a difference of effect is found when
-    the estimate lands beyond the interval's half-width on its side (one
-    tail: power); equivalence at a true ratio of 1 needs the interval inside
-    the margin on both sides (two tails: (1 + power) / 2), the sample size
-    of the two one-sided tests (Schuirmann 1987; Chow, Shao and Wang,
-    Sample Size Calculations in Clinical Research, sec. 3.2)."""
-    return (1 + power) / 2 if goal in ("equivalence", "either") else power
-
-
-def drift_allows(
-    effect: float, drift: float, confidence: float, drift_df: float = math.inf, power: float = 0.8
-) -> bool:
-    """Whether any number of passes can settle ``effect`` when two sweeps'
-    levels drift apart by ``drift`` (a relative sd per sweep, known from
-    ``drift_df`` degrees of freedom): the drift's 2 drift^2 of variance does
-    not shrink with passes, so at infinitely many the interval's half-width
-    is q sqrt(2) drift, and with the power term it must stay inside ln(1 + effect)."""
-    if drift <= 0:
-        return True
-    tail = sps.norm.ppf(_power_quantile(power, "either"))
-    return (two_sided_quantile(confidence, drift_df) + tail) * math.sqrt(2) * drift < math.log1p(effect)
-
-
-def passes_needed(
-    effect: float,
-    cv: float,
-    confidence: float = 0.95,
-    power: float = 0.8,
-    *,
-    drift: float = 0.0,
-    drift_df: float = math.inf,
-    goal: Goal = "either",
-) -> int:
-    """Passes per arm for a relative ``effect`` (e.g. 0.05) to be settled
-    with ``power`` at ``confidence`` when one run's log value has sd ``cv``:
-    n = 2 ((t_a + t_b) cv / ln(1+effect))^2, iterated because the t
-    quantiles depend on n. ``goal``: ``difference`` (an effect of ``effect``
-    told apart from 1: t_b at ``power``), ``equivalence`` (a true ratio of 1
-    shown inside +-effect: t_b at (1 + power) / 2, the two one-sided tests'
-    size) or ``either`` (an inconclusive verdict does not know which it
-    faces: the larger, equivalence's). The quantiles take Welch's least df,
-    n - 1, not the pooled 2n - 2: with 2n - 2 the simulated power at the 4
-    passes it asked for (cv 2 %, effect 5 %) was 0.76, not 0.8.
-    Between sweeps the ``drift`` adds 2 drift^2 that passes do not shrink:
-    n = 2 cv^2 / (ln(1+effect)^2 / (t_a + t_b)^2 - 2 drift^2), df by
-    Satterthwaite with the drift's ``drift_df``; where no n reaches it
-    (:func:`drift_allows`), 10,000. At least 3, at most 10,000.
-
-    The search starts at the normal quantiles' n: a t quantile exceeds the
-    normal one at every df, so no smaller n can pass, and the answer is the
-    one counting up from 3 would give. Counting up from 3 cost two scipy
-    quantiles per n, up to 20,000 per call where noise dwarfs the effect:
-    ~150,000 of them, 26 s, in the summary of arms/smoke.yaml's 6 runs.
-    """
-    if effect <= 0:
-        raise ValueError("effect must be > 0")
-    tail = _power_quantile(power, goal)
-    delta = math.log1p(effect)
-
-    def needs(z: float) -> float:
-        room = (delta / z) ** 2 - 2 * drift**2
-        return math.inf if room <= 0 else 2 * cv**2 / room
-
-    n = 3
-    if tail >= 0.5:  # where t quantiles exceed normal ones (a power below 0.5 counts from 3)
-        lower = needs(sps.norm.ppf(0.5 + confidence / 2) + sps.norm.ppf(tail))
-        # a NaN cv passes no n: the count would end at 10,000
-        n = 10_000 if math.isnan(lower) or lower >= 10_000 else max(3, math.floor(lower))
-    while n < 10_000:
-        noise_part = 2 * cv**2 / n
-        var = noise_part + 2 * drift**2
-        terms = noise_part**2 / (n - 1) + ((2 * drift**2) ** 2 / drift_df if math.isfinite(drift_df) else 0.0)
-        df = var**2 / terms if terms > 0 else math.inf
-        z = two_sided_quantile(confidence, df) + (
-            float(sps.t.ppf(tail, df)) if math.isfinite(df) else sps.norm.ppf(tail)
-        )
-        if n >= needs(z):
-            return n
-        n += 1
-    return n
 
 
 # --- tables over rows ---

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from omni.report.units import ratio_interval
-from omni.stats.intervals import blocked_log_interval, generalized_half_width, welch_log_interval
+from omni.stats.intervals import generalized_half_width, welch_log_interval
+from omni.stats.sweepfit import fit_contrast
 from omni.stats.verdicts import (
     adjust_for_multiplicity,
     compare,
@@ -403,8 +404,8 @@ def test_a_a_blocked_by_slot_false_positives(passes):
     false = 0
     for _ in range(SIMULATIONS):
         (b, bs), (o, os_) = rotated(rng, 100, 0, passes, 0.05, 0.2), rotated(rng, 100, 1, passes, 0.05, 0.2)
-        d, h, _, _ = blocked_log_interval(b, o, (bs, os_), 0.95)
-        false += abs(d) > h
+        fit = fit_contrast([np.log(b), np.log(o)], [bs, os_], [0, 1], 0, 1, 0.95)
+        false += abs(fit.diff) > fit.half
     assert false / SIMULATIONS <= FP_BOUND, false
 
 

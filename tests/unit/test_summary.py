@@ -73,6 +73,7 @@ def test_calibration_measures_noise_and_drift_per_workload(tmp_path):
     }
     noise = math.sqrt(sum(((x - x.mean()) ** 2).sum() for x in logs.values()) / 16)
     assert aa["noise"]["decode_tok_s"] == pytest.approx(noise) and aa["runs"] == 20
+    assert aa["noise_df"]["decode_tok_s"] == 16  # 4 samples of 5 runs: its weight as a prior
     means = [np.concatenate([logs["c1a"], logs["c1b"]]).mean(), np.concatenate([logs["c2a"], logs["c2b"]]).mean()]
     drift = math.sqrt(np.var(means, ddof=1) - noise**2 / 10)
     assert aa["drift"]["decode_tok_s"] == pytest.approx(drift) and 0.02 < drift < 0.025
@@ -87,6 +88,13 @@ def test_calibration_measures_noise_and_drift_per_workload(tmp_path):
     assert summary.calibrations["other"] == "none"
     text = summary_markdown(summary)
     assert "- other: none applies" in text and "- a: calibration" in text
+    # over 2 slots, every arm calibrated: the verdict scales each arm's calibrated noise by this sweep's
+    store_sweep(tmp_path, "s3", {"a": [100, 101, 99], "b": [99, 101, 100]}, name="x", slots=2)
+    judged = summarize_sweep(tmp_path, "s3").judged[("b", "decode_tok_s")].comparison
+    assert judged.blocked and judged.calibrated and judged.df == pytest.approx(3)  # 6 runs - 2 arms - 1 slot
+    store_sweep(tmp_path, "s4", {"a": [100, 101, 99], "other": [1, 2, 3]}, name="x", slots=2,
+                extra={"other": {"params": {"mem_mb": 9}}})  # fmt: skip
+    assert not summarize_sweep(tmp_path, "s4").judged[("other", "decode_tok_s")].comparison.calibrated
     # from 2 sweeps the drift has one degree of freedom: compare does not use it, and says why
     result = compare_sweeps(tmp_path, "s1", "s2")
     c = result.judged[("a", "decode_tok_s")].comparison
