@@ -6,8 +6,12 @@ calibration is measured from one or more stored sweeps (``omni calibrate``
 runs a spec ``--sweeps`` times and measures those):
 
 - ``noise``: one run's relative noise within a sweep, the pooled sd of log
-  run values around each (sweep, arm)'s mean. Within a sweep passes are
-  interleaved, so this is the noise verdicts inside a sweep live with.
+  run values around each (sweep, arm)'s mean; where a sweep's runs ran on
+  several slots, around the arm + slot fit of all its arms
+  (:func:`omni.stats.sweepfit.residual_sums`), as a verdict inside a sweep
+  fits them: a slot's own speed is not run noise, and left in it would
+  swamp the arms' relative noise a verdict scales by. Within a sweep passes
+  are interleaved, so this is the noise verdicts inside a sweep live with.
 - ``drift``: how much a whole sweep's level moves from sweep to sweep beyond
   that noise (:func:`omni.stats.verdicts.between_sweep_drift`). Interleaving cannot
   cancel it across sweeps, so cross-sweep ``compare`` and nightly regressions
@@ -31,7 +35,7 @@ import numpy as np
 import pandas as pd
 
 from omni.errors import OmniError
-from omni.stats.intervals import pooled_log_sd
+from omni.stats.sweepfit import residual_sums
 from omni.stats.verdicts import between_sweep_drift, drift_estimate
 from omni.store.columns import COLUMNS_BY_NAME, metric_columns
 from omni.store.objstore import ResultsPath, results_root, write_text_once
@@ -59,6 +63,7 @@ def measure(frame: pd.DataFrame, metrics: list[str]) -> dict[str, dict]:
     """Per workload of ok rows (columns sweep_id, arm, arm_json, metrics):
     arms, sweeps, runs, and per metric the noise and (2 sweeps or more) the drift."""
     frame = frame.assign(workload=[workload_of(a) for a in frame["arm_json"]])
+    sums = {metric: _residuals(frame, metric) for metric in metrics}
     out = {}
     for workload, rows in frame.groupby("workload", sort=True):
         entry = {
@@ -72,16 +77,36 @@ def measure(frame: pd.DataFrame, metrics: list[str]) -> dict[str, dict]:
         }
         for metric in metrics:
             valid = rows[rows[metric].notna() & (rows[metric] > 0)] if metric in rows else rows.iloc[0:0]
-            samples = [g[metric].to_numpy(dtype=float) for _, g in valid.groupby(["sweep_id", "arm"])]
-            noise = pooled_log_sd(samples)
-            if noise is None:
+            parts = [sums[metric][key] for key in valid.groupby(["sweep_id", "arm"]).groups if key in sums[metric]]
+            df = sum(d for _, d in parts)
+            if df <= 0:
                 continue
+            noise = math.sqrt(sum(r for r, _ in parts) / df)
             entry["noise"][metric] = noise
-            entry["noise_df"][metric] = sum(len(x) - 1 for x in samples if len(x) > 1)
+            entry["noise_df"][metric] = df
             by_sweep = [g[metric].to_numpy(dtype=float) for _, g in valid.groupby("sweep_id")]
             if len(by_sweep) >= 2:
                 entry["drift"][metric] = between_sweep_drift(by_sweep, noise)
         out[str(workload)] = entry
+    return out
+
+
+def _residuals(frame: pd.DataFrame, metric: str) -> dict[tuple, tuple[float, float]]:
+    """(sweep, arm) -> (sum of squared log residuals, their df): around the
+    arm + slot fit of the sweep's arms where its runs span slots, else
+    around the arm's mean."""
+    if metric not in frame:
+        return {}
+    valid = frame[frame[metric].notna() & (frame[metric] > 0)]
+    out = {}
+    for sweep_id, rows in valid.groupby("sweep_id"):
+        arms = [(arm, runs) for arm, runs in rows.groupby("arm")]
+        logs = [np.log(runs[metric].to_numpy(dtype=float)) for _, runs in arms]
+        blocks = [list(runs["slot_index"]) if "slot_index" in runs else [None] * len(runs) for _, runs in arms]
+        fitted = residual_sums(logs, blocks)
+        if fitted is None:
+            fitted = [(float(((x - x.mean()) ** 2).sum()), float(x.size - 1)) for x in logs]
+        out.update({(sweep_id, arm): part for (arm, _), part in zip(arms, fitted)})
     return out
 
 

@@ -157,6 +157,7 @@ def judge(
                 _blocks(base, name, metric, block),
                 name == control,
                 _within(base, name, metric),
+                priors.get(name),
             )
             for name in sweep_arms
             if block and name not in (base_arm, arm)

@@ -100,6 +100,30 @@ def design(arms: Sequence[int], blocks: Sequence, count: int) -> np.ndarray | No
     return x
 
 
+def _fit(logs: Sequence[np.ndarray], blocks: Sequence[Sequence]):
+    """The arm + block least squares fit: (y, arm of each run, (X'X)^-1 X',
+    residuals, leverages), or None where it cannot be fitted."""
+    arm = np.concatenate([np.full(len(v), i) for i, v in enumerate(logs)])
+    labels = [b for bs in blocks for b in bs]
+    y = np.concatenate([np.asarray(v, float) for v in logs])
+    x = design(arm.tolist(), labels, len(logs)) if len(labels) == y.size else None
+    if x is None or y.size <= x.shape[1] or np.linalg.matrix_rank(x) < x.shape[1]:
+        return None
+    rows = np.linalg.inv(x.T @ x) @ x.T
+    return y, arm, rows, y - x @ (rows @ y), np.einsum("ij,ji->i", x, rows)
+
+
+def residual_sums(logs: Sequence[np.ndarray], blocks: Sequence[Sequence]) -> list[tuple[float, float]] | None:
+    """Per arm, (sum r^2, sum (1 - h)) over its runs in the arm + block fit of
+    every arm: what its noise is with the blocks' speeds taken out (a
+    calibration's noise from its A/A sweeps); None where it cannot be fitted."""
+    fitted = _fit(logs, blocks)
+    if fitted is None:
+        return None
+    _, arm, _, resid, leverage = fitted
+    return [(float(resid[arm == i] @ resid[arm == i]), float((1 - leverage[arm == i]).sum())) for i in range(len(logs))]
+
+
 def fit_contrast(
     logs: Sequence[np.ndarray],
     blocks: Sequence[Sequence],
@@ -125,16 +149,10 @@ def fit_contrast(
     arm confounded with the blocks, or a group the contrast leans on with
     no residual degree of freedom of its own; the caller falls back.
     """
-    arm = np.concatenate([np.full(len(v), i) for i, v in enumerate(logs)])
-    labels = [b for bs in blocks for b in bs]
-    y = np.concatenate([np.asarray(v, float) for v in logs])
-    x = design(arm.tolist(), labels, len(logs)) if len(labels) == y.size else None
-    if x is None or y.size <= x.shape[1] or np.linalg.matrix_rank(x) < x.shape[1]:
+    fitted = _fit(logs, blocks)
+    if fitted is None:
         return None
-    inverse = np.linalg.inv(x.T @ x)
-    rows = inverse @ x.T
-    resid = y - x @ (rows @ y)
-    leverage = np.einsum("ij,ji->i", x, rows)
+    y, arm, rows, resid, leverage = fitted
     weight = rows[other] - rows[base]
     group_of = np.asarray(groups)[arm]
     floors = floors or [0.0] * len(logs)
@@ -186,12 +204,15 @@ def _calibrated(names, sums, dfs, priors) -> tuple[list[float] | None, tuple[int
         return None, ()
     kappa = [priors[g][0] for g in names]
     scaled = [s / k for s, k in zip(sums, kappa)]  # r'r / kappa: phi d chi2-like per group
+    if sum(scaled) <= 0:  # runs that repeat exactly (a memory figure to the page): no noise to scale
+        return None, ()
     refused = []
     for i, group in enumerate(names):
         rest = sum(dfs) - dfs[i]
         if dfs[i] < LEAST_DF or rest < LEAST_DF:
             continue
-        f = (scaled[i] / dfs[i]) / ((sum(scaled) - scaled[i]) / rest)
+        rest_sum = sum(scaled) - scaled[i]
+        f = (scaled[i] / dfs[i]) / (rest_sum / rest) if rest_sum > 0 else math.inf
         if not sps.f.ppf(STALE_ALPHA / 2, dfs[i], rest) <= f <= sps.f.ppf(1 - STALE_ALPHA / 2, dfs[i], rest):
             refused.append(group)
     if refused:
