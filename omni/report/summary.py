@@ -115,12 +115,12 @@ def _reading(judge_at, level: float, secondary: bool, reach: int) -> Judged:
 
 
 def _layout(ok, fitted: tuple[str, ...], control: str | None, calibrations: dict, metric: str) -> Layout | None:
-    """The blocked fit a verdict on ``metric`` is made of (None: not blocked,
-    runs on one slot), for the planner (:class:`omni.stats.planning.Layout`)."""
+    """The fit a verdict on ``metric`` is made of (None: runs without a
+    slot), for the planner (:class:`omni.stats.planning.Layout`)."""
     rows = ok[ok["arm"].isin(fitted) & ok[metric].notna()] if BLOCK in ok.columns else ok.iloc[0:0]
-    slots = rows[BLOCK].nunique()
-    if slots < 2:
+    if rows.empty or rows[BLOCK].isna().any():
         return None
+    slots = rows[BLOCK].nunique()
     present = sorted(set(rows["arm"]))
     calibrated = all(a in calibrations and calibrations[a].prior(metric) for a in present)
     return Layout(len(present), int(slots), control in present, calibrated)

@@ -334,6 +334,8 @@ SWEEPS_AA = [
     _four(3, 2, (0.02, 0.02, 0.02), **CALIBRATED, noisier=(1.5, 1.5, 1, 1)),
     _two(3, (0.02, 0.02), **CALIBRATED, noisier=(1, 2)),
     _two(3, (0.02, 0.10), **CALIBRATED),
+    _four(3, 1, (0.02, 0.02, 0.10)),  # a host of one slot: the arms' means, no slot to fit
+    _four(3, 1, (0.02, 0.02, 0.10), **CALIBRATED),
 ]
 # power: the last arm slower, at the passes users run
 SWEEPS_POWER = [
@@ -354,6 +356,9 @@ SWEEPS_POWER = [
     _four(3, 2, (0.02, 0.02, 0.02), 0.10, **CALIBRATED, noisier=(2, 2, 2, 2)),
     _two(5, (0.05, 0.05), 0.10, **CALIBRATED),
     _four(5, 2, (0.05, 0.05, 0.05), 0.10, **CALIBRATED),
+    _four(3, 1, (0.02, 0.02, 0.02), 0.10),
+    _four(3, 1, (0.02, 0.02, 0.02), 0.10, **CALIBRATED),
+    Sweep(3, 1, (0.02, 0.02), (0.0, -0.10), False, **CALIBRATED),
 ]
 
 # (name, row maker) for every configuration of the table; quick: the subset test-fast runs

@@ -83,16 +83,16 @@ class Fit:
     shares: tuple[float, ...]  # per group, sum of w_i^2 over its runs: its weight in the contrast's variance
     calibrated: bool = False  # the variances are phi kappa_g from every group's calibration
     refused: tuple[int, ...] = ()  # groups whose noise, relative to the others', contradicts their calibration
+    blocks: int = 2  # how many blocks (slots) the runs span: 1 fits the arms' means only
 
 
 def design(arms: Sequence[int], blocks: Sequence, count: int) -> np.ndarray | None:
-    """Arm indicators and one indicator per block after the first; None when
-    a block label is missing or the runs sit in one block."""
+    """Arm indicators and one indicator per block after the first (none
+    where the runs sit in one block: the arms' means); None when a block
+    label is missing."""
     if any(v is None or (isinstance(v, float) and math.isnan(v)) for v in blocks):
         return None
     levels = sorted(set(blocks), key=str)
-    if len(levels) < 2:
-        return None
     x = np.zeros((len(arms), count + len(levels) - 1))
     x[np.arange(len(arms)), np.asarray(arms)] = 1.0
     for column, level in enumerate(levels[1:]):
@@ -145,8 +145,9 @@ def fit_contrast(
     its runs' log value (its iterations' spread; a memory figure's page).
     ``priors``: group -> (variance, df) its calibration measured; used where every group has one.
     ``drift`` adds 2 drift^2 with ``drift_df`` degrees of freedom.
-    None where it cannot be fitted: runs in one block, a label missing, an
-    arm confounded with the blocks, or a group the contrast leans on with
+    Runs in one block fit the arms' means (the groups' variances and the
+    calibrations apply as with blocks). None where it cannot be fitted: a
+    label missing, an arm confounded with the blocks, or a group the contrast leans on with
     no residual degree of freedom of its own; the caller falls back.
     """
     fitted = _fit(logs, blocks)
@@ -194,6 +195,7 @@ def fit_contrast(
         tuple(shares),
         bool(scaled),
         tuple(refused),
+        len({b for bs in blocks for b in bs}),
     )
 
 

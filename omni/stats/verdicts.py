@@ -331,8 +331,10 @@ def compare(
     scale. Fewer than 2 values on a side is ``inconclusive``: no noise seen.
     ``within``: per side, the variance of a run's log value implied by its
     iterations (:func:`within_run_variance`), a floor on the between-run one.
-    ``blocks``: per side, the block (slot) of each value; where the runs span
-    2 blocks or more the interval is :func:`omni.stats.intervals.blocked_log_interval`'s, else :func:`omni.stats.intervals.welch_log_interval`'s.
+    ``blocks``: per side, the block (slot) of each value; where every value
+    has one the interval is the fit's over all arms
+    (:func:`omni.stats.sweepfit.fit_contrast`; with one block, the arms'
+    means), else :func:`omni.stats.intervals.welch_log_interval`'s.
     ``confidence`` is the interval's (:func:`adjust_for_multiplicity` sets it per metric).
     ``drift`` / ``drift_df``: the between-sweep drift and the degrees of
     freedom it was estimated from (infinite: taken as known).
@@ -385,7 +387,7 @@ def compare(
     same = np.all(b == b[0]) and np.all(o == o[0]) and b[0] == o[0]
     common = {
         "confidence": confidence,
-        "blocked": fitted is not None,
+        "blocked": bool(fitted and fitted.blocks > 1),
         "df": df,
         "calibrated": bool(fitted and fitted.calibrated),
         "prior_refused": bool(fitted and fitted.refused),
@@ -407,7 +409,7 @@ def compare(
     layout = (
         Layout(
             2 + sum(1 for c in companions if _positive(c.values, c.blocks)[0].size),
-            len({*b_blocks, *o_blocks, *(k for c in companions for k in c.blocks)}),
+            fitted.blocks,
             replica or any(c.replica for c in companions),
             fitted.calibrated,
         )

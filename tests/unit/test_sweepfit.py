@@ -104,3 +104,21 @@ def test_rotation_balance():
     assert "3 passes over 2 slots" in why and "passes: 2 or 4" in why
     assert "passes: 4 balance" in rotation_balance(3, 4)  # 0 passes is no suggestion
     assert "passes: 4 or 8" in rotation_balance(5, 4)
+
+
+def test_one_slot_fits_the_arms_means_and_takes_the_calibrations():
+    """A host with one slot (every run on slot 0): the arms' means, each
+    group's own variance, or pooled on calibrated scale with the sweep's
+    whole residual df (6 runs - 2 arms) where both arms are calibrated."""
+    a, b = np.log([100.0, 101.0, 99.0]), np.log([99.0, 101.5, 100.0])
+    own = fit_contrast([a, b], [[0] * 3, [0] * 3], [0, 1], 0, 1, LEVEL)
+    assert own.blocks == 1 and not own.calibrated and own.dfs == pytest.approx((2, 2))
+    assert own.diff == pytest.approx(b.mean() - a.mean())
+    calibrated = fit_contrast([a, b], [[0] * 3, [0] * 3], [0, 1], 0, 1, LEVEL, priors={0: (1e-4, 12), 1: (1e-4, 12)})
+    pooled = (((a - a.mean()) ** 2).sum() + ((b - b.mean()) ** 2).sum()) / 4
+    assert calibrated.calibrated and calibrated.half == pytest.approx(
+        sps.t.ppf(0.5 + LEVEL / 2, 4) * math.sqrt(pooled * 2 / 3), rel=2e-3
+    )  # the GPQ's quasi-random draws: within 0.2 %
+    c = compare([100, 101, 99], [99, 101.5, 100], better="higher", min_effect=0.05, confidence=LEVEL,
+                blocks=([0] * 3, [0] * 3), priors=((1e-4, 12), (1e-4, 12)))  # fmt: skip
+    assert c.calibrated and not c.blocked  # no slot fitted: the summary does not say it was
