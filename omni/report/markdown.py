@@ -406,13 +406,18 @@ def control_reach(summary: SweepSummary) -> str:
 def verdict_method(summary: SweepSummary) -> str:
     """How the verdicts were reached: the interval, the blocking, the
     multiplicity adjustment, and the chance of a false call over the sweep's arms."""
-    blocked = any(j.comparison and j.comparison.blocked for j in summary.judged.values())
+    read = [j.comparison for j in summary.judged.values() if j.comparison]
     block = (
-        "arm + slot fitted in log space, each arm's own residual variance (slot as a blocking factor: passes "
-        "rotate arms over slots)"
-        if blocked
+        "arm + slot fitted in log space over every arm of the sweep (slot as a blocking factor: passes rotate arms "
+        "over slots), the control's runs sharing the baseline's variance, each other arm its own"
+        if any(c.blocked for c in read)
+        else "the arms' means over every arm of the sweep (one slot), the control's runs sharing the baseline's "
+        "variance, each other arm its own"
+        if any(c.fitted for c in read)
         else "a two-sample interval, each arm's own variance"
     )
+    if any(c.calibrated for c in read):
+        block += "; where every arm has a calibration on this host, each arm's calibrated noise scaled by this sweep's"
     text = (
         f"Verdicts: {block}, half-width by the generalized pivotal quantity; the ratio of geometric means of the "
         "run values, noise from these runs (interleaved passes: drift cancels within the sweep)."

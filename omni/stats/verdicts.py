@@ -239,6 +239,7 @@ class Comparison:
     passes_needed: int | None = None  # per arm, to resolve min_effect (inconclusive only)
     confidence: float = 0.95  # of the interval: above 0.95 where adjusted for the metrics judged with it
     blocked: bool = False  # judged within blocks (slots): the interval is omni.stats.sweepfit.fit_contrast's
+    fitted: bool = False  # the interval is the fit over every arm of the sweep (blocked, or on one slot)
     df: float | None = None  # the interval's variance's degrees of freedom (Satterthwaite's, for reference)
     calibrated: bool = False  # the arms' noise scaled from their calibrations (omni.stats.sweepfit)
     prior_refused: bool = False  # the calibrations were refused: an arm's relative noise is not what they say
@@ -388,6 +389,7 @@ def compare(
     common = {
         "confidence": confidence,
         "blocked": bool(fitted and fitted.blocks > 1),
+        "fitted": fitted is not None,
         "df": df,
         "calibrated": bool(fitted and fitted.calibrated),
         "prior_refused": bool(fitted and fitted.refused),
