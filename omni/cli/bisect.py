@@ -74,16 +74,22 @@ def bisect(
         if source is None:
             raise OmniError(f"--commits: env {base_env!r} builds no llama.cpp source tree (give it source:)")
         versions = b.commit_versions(declared, base_env, commits_between(source.repo, *commits))
+    if len(versions) < 2:
+        raise OmniError(
+            f"the range holds {len(versions)} version(s): a bisect needs two or more, the first the reference"
+        )
     local = Path("results") if "://" in results else Path(results)  # probe specs are files omni sweep reads
     try:
         directory_to_make(local)
     except typer.BadParameter as err:
         raise OmniError(f"--results: {err.message}") from None
-    work = local / "bisect" / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    work.mkdir(parents=True, exist_ok=True)
+    work = local / "bisect" / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())  # made by the first probe
     show(f"bisect of {metric} over {len(versions)} versions: {', '.join(v.label for v in versions)}")
     search = b.bisect(loaded, arm, metric, versions, results, work, max_passes, force=force, log=show)
     record = b.as_record(search, versions, metric, arm)
+    if not search.probes:  # nothing ran: nothing to record
+        raise OmniError(f"no probe ran over {versions[0].label} .. {versions[-1].label}; nothing was written")
+    work.mkdir(parents=True, exist_ok=True)
     (work / "bisect.json").write_text(json.dumps(record, indent=1))
     show(json.dumps(record, indent=1) if as_json else b.describe(search, versions, metric))
     show(f"probe specs and this record: {work}")

@@ -11,14 +11,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from omni import REPO_ROOT
 from omni.envs.build import ensure_env, env_dir, env_info, installed_versions
 from omni.envs.releases import resolve
 from omni.errors import OmniError
-from omni.models.factory import PRESETS, dir_digest, file_sha256
+from omni.models.factory import PRESETS, SEED, dir_digest, file_sha256
 from omni.spec import Arm
 from omni.spec.envs import Declared, EnvSpec, declared_envs
 
@@ -43,6 +43,10 @@ class ArmResources:
     env_pins: str | None = None
     env_vars: dict[str, str] | None = None
     env: str | None = None  # the env's name (None: omni's own python)
+    # what a rerun needs from the row alone: the env's declaration as built,
+    # JSON, and how the model was had (a preset's recipe, or the path)
+    env_declaration: str | None = None
+    model_recipe: str | None = None
 
 
 def env_name(arm: Arm, declared: Declared) -> str | None:
@@ -81,6 +85,17 @@ def make_model(repo_root: Path, preset: str, out: Path | None = None, gguf: tupl
     return json.loads(manifest.read_text())
 
 
+def model_recipe(arm: Arm) -> str:
+    """How the arm's model is had, JSON: a factory preset (its shape and seed,
+    and the GGUF type a llama.cpp arm loads), or the path as given."""
+    if arm.model in PRESETS:
+        kind = arm.engine_params().gguf if arm.engine == "llamacpp" else None
+        recipe = {"preset": arm.model, "shape": asdict(PRESETS[arm.model]), "seed": SEED, "gguf": kind}
+    else:
+        recipe = {"path": str(Path(arm.model).expanduser().resolve())}
+    return json.dumps(recipe, sort_keys=True)
+
+
 def resolve_model(repo_root: Path, arm: Arm, build: bool) -> tuple[str, str | None]:
     """(path the engine loads, content digest) for the arm's model."""
     if arm.model in PRESETS:
@@ -116,7 +131,7 @@ def resolve_arm(
     repo_root: Path, arm: Arm, build: bool, declared: Declared, held: dict[str, str] | None = None
 ) -> ArmResources:
     name = env_name(arm, declared)
-    pins, env_vars = None, None
+    pins, env_vars, declaration = None, None, None
     if name is None:
         python, key, freeze = sys.executable, None, None
     else:
@@ -126,6 +141,7 @@ def resolve_arm(
         spec = held_pin(spec, (held or {}).get(name))
         spec = resolve(spec) if build else spec
         pins, env_vars = " ".join(spec.requirements) or None, spec.vars or None
+        declaration = json.dumps(spec.declaration(), sort_keys=True)
         if build:
             info = ensure_env(repo_root, name, spec)
             python, key, freeze = str(info.python), info.key, info.freeze_sha256
@@ -135,11 +151,13 @@ def resolve_arm(
             python = str(info.python if info else env_dir(repo_root, name) / "bin" / "python")
             key, freeze = (info.key, info.freeze_sha256) if info else (None, None)
     common = {"env_key": key, "env_freeze_sha256": freeze, "env_pins": pins, "env_vars": env_vars, "env": name}
+    common["env_declaration"] = declaration
     if arm.engine == "synthetic":
         return ArmResources(python, None, None, **common)
     if not arm.model:
         raise OmniError(f"arm {arm.name!r}: engine {arm.engine} needs a model (a preset such as tiny-llama, or a path)")
     model_path, digest = resolve_model(repo_root, arm, build)
+    common["model_recipe"] = model_recipe(arm)
     if arm.load is None:
         return ArmResources(python, model_path, digest, **common)
     client_spec = tool_env(CLIENT_ENV)

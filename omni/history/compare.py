@@ -34,7 +34,7 @@ from omni.stats.verdicts import Adjustment, adjust_for_multiplicity
 from omni.store.columns import COLUMNS_BY_NAME, metric_columns
 from omni.store.reading import load_runs
 from omni.store.reading import profiled as is_profiled
-from omni.store.retract import ok_rows, without_retracted
+from omni.store.retract import SweepRows, ok_rows, without_retracted
 
 
 @dataclass(frozen=True)
@@ -66,11 +66,14 @@ def compare_sweeps(
     include_retracted: bool = False,
     metrics: list[str] | None = None,
     across_hardware: bool = False,
+    before_rows: SweepRows | None = None,
 ) -> SweepComparison:
     """Each arm of ``after`` against the same-named arm of ``before`` (on
     ``metrics`` only, when given); an arm whose runs differ in hardware or
-    engine env between the sweeps gets no verdict unless ``across_hardware``."""
-    a_ok, a_all, a_ex, a_prof = ok_rows(results, before, include_retracted)
+    engine env between the sweeps gets no verdict unless ``across_hardware``.
+    ``before_rows``: ``before``'s rows as given (a results file read on its
+    own, omni reproduce), not as ``results`` holds them."""
+    a_ok, a_all, a_ex, a_prof = before_rows or ok_rows(results, before, include_retracted)
     b_ok, b_all, b_ex, b_prof = ok_rows(results, after, include_retracted)
     arms = [arm for arm in dict.fromkeys(b_all["arm"]) if arm in set(a_all["arm"])]
     if not arms:

@@ -220,6 +220,8 @@ def run_arm(ctx: RunContext, item: PlanItem) -> dict:
         engine_env_key=res.env_key,
         engine_env_freeze_sha256=res.env_freeze_sha256,
         engine_env_pins=res.env_pins,
+        engine_env_declaration=res.env_declaration,
+        model_recipe=res.model_recipe,
     )
     if res.error:
         row.update(status="invalid", error=res.error, finished_at=now_utc())

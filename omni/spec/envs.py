@@ -93,6 +93,11 @@ class EnvSpec:
         pins = tuple(f"{name}=={version}" if requirement_name(r) == name else r for r in self.requirements)
         return replace(self, requirements=pins, newest=None)
 
+    def declaration(self) -> dict:
+        """This env as an ``envs:`` entry of a spec (the fields it sets)."""
+        fields = asdict(self)
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in fields.items() if v not in (None, (), {}, [])}
+
     def at_commit(self, commit: str) -> EnvSpec:
         if self.source is None:
             raise OmniError("the env builds no llama.cpp source tree (no source:), so it has no commit to set")

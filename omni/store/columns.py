@@ -26,7 +26,7 @@ from omni.store.columns_placement import PLACEMENT
 from omni.store.columns_run import ARM, IDENTITY, PROVENANCE
 from omni.store.columns_validity import VALIDITY
 
-SCHEMA_VERSION = 17
+SCHEMA_VERSION = 18
 
 # Columns that make a row addressable: without them it cannot be filed.
 REQUIRED = ("run_id", "sweep_id", "status")

@@ -110,6 +110,19 @@ PROVENANCE: tuple[Column, ...] = declare(
     ("spec_path", STR, None, "path of the sweep spec file"),
     ("spec_sha256", STR, None, "sha256 of the sweep spec file's bytes"),
     (
+        "spec_text",
+        STR,
+        None,
+        "the sweep spec file's own text, as its sha256 was taken: what omni reproduce reruns from a "
+        "results file alone (v18)",
+    ),
+    (
+        "reproduces",
+        STR,
+        None,
+        "the sweep this sweep reproduces (omni reproduce), the same in every row of the sweep (v18)",
+    ),
+    (
         "env_vars",
         STR,
         None,
@@ -128,6 +141,22 @@ PROVENANCE: tuple[Column, ...] = declare(
         None,
         "the engine env's requirements as built, space-separated: an env following the newest "
         "release names the release it resolved to (v17)",
+    ),
+    (
+        "engine_env_declaration",
+        STR,
+        None,
+        "the engine env's declaration as it was built (requirements pinned where it follows the newest "
+        "release; envs.yaml or the spec's envs:), JSON: what omni reproduce builds the env from (v18)",
+        JSON,
+    ),
+    (
+        "model_recipe",
+        STR,
+        None,
+        "how the model was had: a factory preset and its definition (and the GGUF type), or the path given, "
+        "JSON; model_digest is what it made (v18)",
+        JSON,
     ),
     (
         "engine_env_freeze_sha256",

@@ -183,6 +183,15 @@ def _read_run_file(path: ResultsPath, columns: list[str] | None = None) -> pa.Ta
         raise OmniError(f"{path}: {err}") from None
 
 
+def load_file(path: ResultsPath) -> pd.DataFrame:
+    """One Parquet file of omni's rows (a run file, a compacted part, a
+    consolidated file, or a copy of one anywhere), upgraded as :func:`load_runs`'s."""
+    table = _read_run_file(path)
+    if table is None:
+        raise OmniError(f"{path}: not a Parquet file omni can read ({UNREADABLE.get(str(path), 'unreadable')})")
+    return table.to_pandas(types_mapper=_pandas_types().get)
+
+
 def held_parts(results_dir: Results, consolidated: list[ResultsPath]) -> set[str]:
     """The parts (:func:`part_name`) whose rows these consolidated files hold."""
     held: set[str] = set()

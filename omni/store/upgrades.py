@@ -135,6 +135,15 @@ def _v16_to_v17(table: pa.Table) -> pa.Table:
     return table
 
 
+def _v17_to_v18(table: pa.Table) -> pa.Table:
+    """v18 added what a rerun needs from the row alone: the spec's text
+    (spec_text), the env's declaration (engine_env_declaration), the model's
+    recipe (model_recipe), and the sweep a reproduction reproduces
+    (reproduces). Older rows have them null: their spec copy is in their
+    results' sweeps/<id>/, their env is known by name and key only."""
+    return table
+
+
 UPGRADES: dict[int, Callable[[pa.Table], pa.Table]] = {
     1: _v1_to_v2,
     2: _v2_to_v3,
@@ -152,6 +161,7 @@ UPGRADES: dict[int, Callable[[pa.Table], pa.Table]] = {
     14: _v14_to_v15,
     15: _v15_to_v16,
     16: _v16_to_v17,
+    17: _v17_to_v18,
 }
 
 

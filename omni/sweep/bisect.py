@@ -129,20 +129,13 @@ def release_versions(declared: Declared, base_env: str, package: str, releases: 
         if same:
             versions.append(Version(release, same[0]))
         else:
-            versions.append(Version(release, f"bisect-{package}-{release}", declaration(spec)))
+            versions.append(Version(release, f"bisect-{package}-{release}", spec.declaration()))
     return versions
 
 
 def commit_versions(declared: Declared, base_env: str, commits: list[str]) -> list[Version]:
     base = declared.spec(base_env)
-    return [Version(c[:10], f"bisect-{base_env}-{c[:10]}", declaration(base.at_commit(c))) for c in commits]
-
-
-def declaration(spec) -> dict:
-    """An EnvSpec as an ``envs:`` entry of a spec."""
-    fields = asdict(spec)
-    fields = {k: list(v) if isinstance(v, tuple) else v for k, v in fields.items() if v not in (None, (), {}, [])}
-    return fields
+    return [Version(c[:10], f"bisect-{base_env}-{c[:10]}", base.at_commit(c).declaration()) for c in commits]
 
 
 # --- the probes ---
@@ -189,6 +182,7 @@ def run_probe(spec: dict, work: Path, results: str, index: int, label: str, metr
     from omni.sweep.request import SweepRequest
 
     path = work / f"probe-{index:02d}-{label}.json"
+    work.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(spec, indent=1))
     prepared = prepare_sweep(SweepRequest(spec=path, results=results, force=force))
     run_sweep_items(prepared)
@@ -231,7 +225,6 @@ def bisect(
     bracketed to one step, or a probe cannot decide."""
     if len(versions) < 2:
         raise OmniError("a bisect needs two versions or more: the first is the reference")
-    work.mkdir(parents=True, exist_ok=True)
     search = Search(len(versions))
     while (index := search.next_index()) is not None:
         version = versions[index]

@@ -237,7 +237,7 @@ def prepare_sweep(request: SweepRequest, *, shard: Shard | None = None) -> Prepa
         if loaded.sweep.auto and read_stops(results, sweep_id).get("reason") == "conclusive":
             items = [item for item in items if item.profiled]  # the rule has answered: no timed pass is missing
     provenance = collect_host_provenance(root=request.sysfs_root)
-    provenance.update(spec_path=str(loaded.path), spec_sha256=loaded.sha256)
+    provenance.update(spec_path=str(loaded.path), spec_sha256=loaded.sha256, spec_text=loaded.text)
     declared = declared_envs(REPO_ROOT, loaded.sweep.envs)
     held = held_releases(results, sweep_id) if request.resume else {}
     resources = resolve_all(REPO_ROOT, list(loaded.sweep.arms), not request.dry_run, declared, held)

