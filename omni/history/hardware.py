@@ -41,10 +41,11 @@ def hardware_facts(rows: pd.DataFrame) -> dict[str, tuple]:
 def _distinct(rows: pd.DataFrame, column: str, value) -> tuple:
     if column not in rows:
         return ()
-    return tuple(sorted({value(v) for v in rows[column] if _recorded(v)}))
+    return tuple(sorted({value(v) for v in rows[column] if recorded(v)}))
 
 
-def _recorded(value) -> bool:
+def recorded(value) -> bool:
+    """Whether a stored value says anything: not null, not empty."""
     if value is None or isinstance(value, str):
         return bool(value)
     if hasattr(value, "__len__"):  # a CPU list: a list or a numpy array

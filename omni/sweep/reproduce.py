@@ -35,6 +35,7 @@ import pandas as pd
 import yaml
 
 from omni.errors import OmniError
+from omni.history.hardware import recorded
 from omni.run.plan import SlotOverride
 from omni.spec.envs import Declared, EnvSpec, requirement_name
 from omni.store.layout import run_file_of, stored_run_ids
@@ -190,7 +191,7 @@ def host_facts(rows: pd.DataFrame) -> dict[str, str]:
 
     def distinct(column: str, value=str) -> None:
         if column in rows:
-            seen = sorted({value(v) for v in rows[column] if _recorded(v)})
+            seen = sorted({value(v) for v in rows[column] if recorded(v)})
             if seen:
                 facts[column] = " | ".join(seen)
 
@@ -201,7 +202,7 @@ def host_facts(rows: pd.DataFrame) -> dict[str, str]:
     distinct("kernel")
     distinct("hostname")
     if "host_conditions" in rows:
-        conditions = [json.loads(v) if isinstance(v, str) else v for v in rows["host_conditions"] if _recorded(v)]
+        conditions = [json.loads(v) if isinstance(v, str) else v for v in rows["host_conditions"] if recorded(v)]
         for key in sorted({k for c in conditions for k in c}):
             facts[f"condition {key}"] = " | ".join(sorted({str(c.get(key)) for c in conditions}))
     return facts
@@ -213,14 +214,6 @@ HARDWARE_FACTS = ("cpu_model", "cpu_flags", "numa_nodes", "numa_topology")
 def _cpus_per_node(topology) -> str:
     nodes = json.loads(topology) if isinstance(topology, str) else topology
     return ", ".join(f"node {n}: {len(cpus)} CPUs" for n, cpus in sorted(nodes.items(), key=lambda kv: int(kv[0])))
-
-
-def _recorded(value) -> bool:
-    if value is None or isinstance(value, str):
-        return bool(value)
-    if hasattr(value, "__len__"):
-        return len(value) > 0
-    return not pd.isna(value)
 
 
 def host_differences(recorded: dict[str, str], here: dict[str, str]) -> list[HostDifference]:
