@@ -19,8 +19,9 @@ from flows.runs import failure_summary, run_items, warn_host_conditions, watch_w
 from omni.errors import OmniError, disk_full
 from omni.history.compare import Change, nightly_changes, release_regressions, sweep_history
 from omni.report.html import html_report
-from omni.report.markdown import summary_markdown, write_outputs
+from omni.report.markdown import summary_markdown
 from omni.report.summary import summarize_sweep
+from omni.report.summary_json import write_outputs
 from omni.report.units import ratio_interval
 from omni.store.compaction import CONSOLIDATE_AT, compact_sweep, consolidate
 from omni.store.objstore import results_root

@@ -25,6 +25,13 @@ FIXTURES = REPO / "tests" / "fixtures"
 LAYERS = ("unit", "harness", "engines", "stack", "numa_vm", "reliability")
 
 
+@pytest.fixture(autouse=True, scope="session")
+def local_engine_files(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Engine files of s3:// runs (``OMNI_LOCAL_DIR``) go under the session's
+    temporary directory, for omni run here and for the workers it starts."""
+    os.environ["OMNI_LOCAL_DIR"] = str(tmp_path_factory.mktemp("omni-local"))
+
+
 def mark_layer(items: list[pytest.Item], conftest: str) -> None:
     """Mark every collected test under the folder of ``conftest`` (a layer's
     conftest.py) with the folder's name. pytest hands every conftest's hook all

@@ -287,8 +287,9 @@ def summary(
     (always every metric: --metric focuses what is printed)."""
     from omni.history.compare import sweep_history
     from omni.report.html import html_report
-    from omni.report.markdown import summary_markdown, write_outputs
+    from omni.report.markdown import summary_markdown
     from omni.report.summary import focus, summarize_sweep
+    from omni.report.summary_json import write_outputs
 
     result = summarize_sweep(results, sweep_id, include_retracted, against)
     show(summary_markdown(focus(result, metric)))

@@ -43,6 +43,7 @@ def reproduce(
     from omni import REPO_ROOT
     from omni.spec import load_spec
     from omni.spec.envs import declared_envs
+    from omni.store.objstore import local_scratch
     from omni.sweep import reproduce as r
 
     found = r.read_target(target, results)
@@ -55,9 +56,7 @@ def reproduce(
         )
     with tempfile.TemporaryDirectory(prefix="omni-reproduce-") as scratch:
         recorded = Path(scratch) / f"spec{found.spec_suffix}"
-        if found.spec_text is None:
-            r.rerun_spec(found, {})  # says what the rows lack
-        recorded.write_text(found.spec_text)
+        recorded.write_text(found.require_spec())
         spec_envs = load_spec(recorded, read_files=False).sweep.envs
         envs = r.choose_envs(found.rows, declared_envs(REPO_ROOT, spec_envs))
         text, suffix, changes = r.rerun_spec(found, envs)
@@ -85,8 +84,7 @@ def reproduce(
         if problems:
             raise OmniError("refused: " + "; ".join(problems))
         show("\n".join(plan))
-        local = Path("results") if "://" in results else Path(results)
-        work = local / "reproductions" / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        work = local_scratch(results) / "reproductions" / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
         work.mkdir(parents=True, exist_ok=True)
         spec_path = work / f"spec{suffix}"
         spec_path.write_text(text)
@@ -105,9 +103,10 @@ def reproduce(
     record = r.as_record(found, new_sweep, differences, envs, changes, outcomes, across_hardware)
     folder = results_root(results) / "reproductions" / new_sweep
     folder.mkdir(parents=True, exist_ok=True)
-    if found.kind == "file":  # what was compared stays beside the verdicts: pandas reads both
-        (folder / "target.parquet").write_bytes(results_root(target).read_bytes())
-        record["target_copy"] = str(folder / "target.parquet")
+    if found.kind in ("file", "summary"):  # what was compared stays beside the verdicts
+        copy = folder / f"target{Path(target).suffix}"
+        copy.write_bytes(results_root(target).read_bytes())
+        record["target_copy"] = str(copy)
     write_text_once(folder / "reproduction.json", json.dumps(record, indent=1) + "\n")
     markdown = r.as_markdown(record)
     write_text_once(folder / "reproduction.md", markdown)

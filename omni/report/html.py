@@ -17,7 +17,6 @@ import json
 from omni.report.markdown import (
     VERDICT_COLORS,
     arm_label,
-    as_json,
     bimodal_note,
     collapse_warnings,
     format_number,
@@ -30,6 +29,7 @@ from omni.report.markdown import (
 )
 from omni.report.serving_curve import FIGURES, KINDS, LOAD_AXIS, curve_note, curve_series
 from omni.report.summary import SweepSummary
+from omni.report.summary_json import as_json
 from omni.report.units import RATIO_SHOWN
 from omni.stats.controls import untrusted
 from omni.stats.verdicts import MIN_INTERVAL_RUNS

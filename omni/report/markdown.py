@@ -5,10 +5,7 @@ and JSON, and the verdict wording and colours the HTML report
 
 from __future__ import annotations
 
-import json
 import math
-from dataclasses import asdict
-from pathlib import Path
 
 from omni.history.calibration import metric_kind
 from omni.report import units
@@ -19,7 +16,6 @@ from omni.serving.summary import LEVEL_METRICS, ServingSummary
 from omni.stats.controls import untrusted
 from omni.stats.verdicts import ESTIMATE_LEVEL, MIN_INTERVAL_RUNS, min_max_coverage
 from omni.store.columns import COLUMNS_BY_NAME
-from omni.store.objstore import ResultsPath, results_root
 
 VERDICT_COLORS = {"better": "#1a7f37", "worse": "#cf222e", "equivalent": "#57606a", "inconclusive": "#bf8700"}
 
@@ -483,99 +479,3 @@ def provenance_lines(provenance: dict) -> list[str]:
     lines = [f"- sweep: {show(provenance.get('sweep', {}))}"]
     lines += [f"- `{arm}`: {show(facts)}" for arm, facts in provenance.get("arms", {}).items()]
     return lines
-
-
-def finite(value):
-    """``value`` with every NaN or infinite float as None: JSON has neither
-    (Python would write ``NaN`` / ``Infinity``, which strict parsers refuse).
-    A ``ci_high`` of null is an interval with no upper bound, a NaN a value
-    not measured."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [finite(v) for v in value]
-    return value
-
-
-def as_json(summary: SweepSummary) -> dict:
-    """A JSON-ready form of a summary (results/summaries/<sweep>.json, and
-    embedded in the HTML report): strict JSON, no NaN or Infinity (:func:`finite`)."""
-    record = {
-        "sweep_id": summary.sweep_id,
-        "sweep_name": summary.sweep_name,
-        "baseline": summary.baseline,
-        "excluded_retracted": summary.excluded,
-        "profiled_runs": summary.profiled,
-        "void": summary.void,
-        "primary_metrics": list(summary.primary),
-        "multiplicity": summary.adjustment.describe() if summary.adjustment else None,
-        "interval_levels": dict(summary.adjustment.confidence) if summary.adjustment else {},
-        "warnings": list(summary.warnings),
-        "floors": {m: {"floor": f, "source": s} for m, (f, s) in summary.floors.items()},
-        "min_effects": {m: {"min_effect": e, "source": s} for m, (e, s) in summary.min_effects.items()},
-        "control": summary.control,
-        "untrusted": summary.untrusted,
-        "calibrations": summary.calibrations,
-        "provenance": summary.provenance,
-        "arms": {
-            arm: {
-                "runs": summary.runs[arm],
-                "ok": summary.ok[arm],
-                "metrics": {m: asdict(summary.cells[(arm, m)]) for m in summary.metrics},
-            }
-            for arm in summary.arms
-        },
-        "against_baseline": [
-            {
-                "arm": arm,
-                "metric": m,
-                "refused": j.refused,
-                "warnings": list(j.warnings),
-                **(asdict(j.comparison) if j.comparison else {}),
-            }
-            for (arm, m), j in summary.judged.items()
-        ],
-        "hosts": {host: as_json(part) for host, part in summary.hosts.items()},
-        "states": [states_json(summary, arm, m) for arm, m in summary.states],
-        "swings": [
-            {"arm": arm, "metric": m, "text": swing_text(summary, arm, m), "p": summary.swings[(arm, m)][0].p}
-            for arm, m in summary.swings
-        ],
-    }
-    return finite(record)
-
-
-def states_json(summary: SweepSummary, arm: str, metric: str) -> dict:
-    """One bimodal arm and metric: its states, the test and what separates them."""
-    modes, explained = summary.modes[(arm, metric)], summary.states[(arm, metric)]
-    return {
-        "arm": arm,
-        "metric": metric,
-        "clusters": [asdict(c) for c in modes.clusters],
-        "statistic": modes.statistic,
-        "critical": modes.critical,
-        "swing": modes.swing,
-        "explanation": explained.text,
-        "separators": [
-            {"column": s.column, "key": s.key, "text": s.text, "ratio": s.ratio, "chance": s.chance}
-            for s in explained.separators
-        ],
-    }
-
-
-def write_outputs(results: str | Path | ResultsPath, summary: SweepSummary, page: str) -> dict[str, ResultsPath]:
-    """results/summaries/<sweep>.{md,json,html}: derived views, regenerated on
-    demand; ``page`` is the HTML report (:func:`omni.report.html.html_report`)."""
-    folder = results_root(results) / "summaries"
-    folder.mkdir(parents=True, exist_ok=True)
-    paths = {
-        "md": folder / f"{summary.sweep_id}.md",
-        "json": folder / f"{summary.sweep_id}.json",
-        "html": folder / f"{summary.sweep_id}.html",
-    }
-    paths["md"].write_text(summary_markdown(summary))
-    paths["json"].write_text(json.dumps(as_json(summary), indent=1, default=str, allow_nan=False) + "\n")
-    paths["html"].write_text(page)
-    return paths

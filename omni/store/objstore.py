@@ -312,10 +312,12 @@ def results_root(results: str | Path | S3Path) -> ResultsPath:
 def local_scratch(results: str | Path | S3Path) -> Path:
     """A local directory for what a run needs on disk (the engine's arm.json,
     result.json, engine.log): the results directory itself, or for s3://
-    results ``$OMNI_LOCAL_DIR/BUCKET/PREFIX`` (default ``omni-local/``)."""
+    results ``$OMNI_LOCAL_DIR/BUCKET/PREFIX`` (default the user's cache,
+    ``~/.cache/omni/local``: never the directory a worker happens to start in)."""
     root = results_root(results)
     if isinstance(root, S3Path):
-        return Path(os.environ.get("OMNI_LOCAL_DIR", "omni-local")).resolve() / root.bucket / root.key
+        cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "omni" / "local"
+        return Path(os.environ.get("OMNI_LOCAL_DIR") or cache).resolve() / root.bucket / root.key
     return root
 
 

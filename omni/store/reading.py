@@ -192,6 +192,22 @@ def load_file(path: ResultsPath) -> pd.DataFrame:
     return table.to_pandas(types_mapper=_pandas_types().get)
 
 
+def rows_from_text(text: str, where: str) -> pd.DataFrame:
+    """The rows :func:`omni.store.writing.rows_as_text` embedded, upgraded as
+    :func:`load_runs`'s; ``where`` names the file they came from in an error."""
+    import base64
+    import binascii
+
+    try:
+        table = pq.read_table(pa.BufferReader(base64.b64decode(text, validate=True)))
+    except (binascii.Error, ValueError, pa.ArrowException) as err:
+        raise OmniError(f"{where}: its embedded rows are not base64 Parquet ({str(err).splitlines()[0]})") from None
+    try:
+        return upgrade_table(table).to_pandas(types_mapper=_pandas_types().get)
+    except OmniError as err:
+        raise OmniError(f"{where}: {err}") from None
+
+
 def held_parts(results_dir: Results, consolidated: list[ResultsPath]) -> set[str]:
     """The parts (:func:`part_name`) whose rows these consolidated files hold."""
     held: set[str] = set()
@@ -212,5 +228,6 @@ __all__ = [
     "read_files",
     "read_parquet",
     "read_table",
+    "rows_from_text",
     "unreadable_under",
 ]

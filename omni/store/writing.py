@@ -74,6 +74,18 @@ def write_once(final: ResultsPath, table: pa.Table, **options: Any) -> ResultsPa
     return final
 
 
+def rows_as_text(table: pa.Table) -> str:
+    """Rows as text to embed in a JSON file (a summary carries its sweep's
+    rows, so it alone can be reproduced): base64 of a zstd Parquet file, the
+    same bytes a results file holds, so types and schema upgrades are a
+    results file's (:func:`omni.store.reading.rows_from_text`)."""
+    import base64
+
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, compression="zstd")
+    return base64.b64encode(sink.getvalue().to_pybytes()).decode("ascii")
+
+
 # Side tables (omni.store.side_tables.SIDE_TABLES), one file per run in
 # results/<kind>/sweep=<id>/<run_id>.parquet, written just before the run's own
 # row (the run row is the commit: a side file without one is a run that never
@@ -124,6 +136,7 @@ def _fsync_dir(path: Path) -> None:
 
 __all__ = [
     "AlreadyStored",
+    "rows_as_text",
     "write_iterations",
     "write_once",
     "write_run",

@@ -40,7 +40,7 @@ from omni.run.plan import SlotOverride
 from omni.spec.envs import Declared, EnvSpec, requirement_name
 from omni.store.layout import run_file_of, stored_run_ids
 from omni.store.objstore import ResultsPath, results_root
-from omni.store.reading import load_file, load_runs, profiled
+from omni.store.reading import load_file, load_runs, profiled, rows_from_text
 from omni.store.retract import SweepRows, load_retractions
 
 FLAG = "--across-hardware"
@@ -72,6 +72,15 @@ class Target:
         if self.manifest and self.manifest.get("passes"):
             return int(self.manifest["passes"])
         return int(self.rows["pass_index"].max()) + 1
+
+    def require_spec(self) -> str:
+        """The spec text the target ran, or a refusal naming what it lacks."""
+        if self.spec_text is None:
+            raise OmniError(
+                f"{self.given}: no spec to rerun: the rows predate schema 18 (no spec_text) and no "
+                "results/sweeps/<id>/ manifest is beside them; reproduce it from the results store it was written to"
+            )
+        return self.spec_text
 
     def sweep_rows(self) -> SweepRows:
         """The target's rows as a comparison reads them: timed and ok apart
@@ -113,30 +122,44 @@ def _from_parquet(given: str) -> Target:
     path = results_root(given)
     if not path.exists():
         raise OmniError(f"{given}: no such file; give a Parquet file of omni's rows, a sweep id or a run id")
-    rows = load_file(path)
+    return _from_rows("file", given, load_file(path))
+
+
+def _from_rows(kind: str, given: str, rows: pd.DataFrame) -> Target:
+    """A target read from a file alone: its rows carry the spec text."""
     if rows.empty:
         raise OmniError(f"{given} holds no rows")
     sweeps = sorted(set(rows["sweep_id"]))
     if len(sweeps) != 1:
         raise OmniError(f"{given} holds rows of {len(sweeps)} sweeps ({', '.join(sweeps[:4])}): give one sweep's file")
-    target = Target("file", given, sweeps[0], rows)
+    target = Target(kind, given, sweeps[0], rows)
     _spec_from_rows(target)
     return target
 
 
 def _from_summary(given: str) -> Target:
-    path = Path(given)
+    """A summary JSON: the rows it carries (``omni summary`` embeds them), or
+    for a summary written without them, the results store it sits in."""
+    path = results_root(given)
     try:
         summary = json.loads(path.read_text())
     except (OSError, ValueError) as err:
         raise OmniError(f"{given}: cannot read it as a summary JSON ({err})") from None
-    sweep_id = summary.get("sweep_id") if isinstance(summary, dict) else None
-    store = path.resolve().parent.parent
+    if not isinstance(summary, dict):
+        raise OmniError(f"{given}: not a summary JSON (an object with sweep_id and rows_parquet_base64)")
+    if isinstance(summary.get("rows_parquet_base64"), str):
+        target = _from_rows("summary", given, rows_from_text(summary["rows_parquet_base64"], given))
+        for r in summary.get("retractions") or []:
+            superseded = f" (superseded by {r['superseded_by']})" if r.get("superseded_by") else ""
+            target.retracted.append(f"{len(r['run_ids'])} run(s) retracted: {r['reason']}{superseded}")
+        return target
+    sweep_id = summary.get("sweep_id")
+    store = path.parent.parent
     if not sweep_id or not stored_run_ids(store, sweep_id):
         raise OmniError(
-            f"{given}: a summary holds verdicts, not runs, and no results store beside it holds sweep "
-            f"{sweep_id or '?'}'s rows: reproduce the sweep's Parquet file "
-            "(results/compacted/sweep=<id>/part-0000.parquet) or give its results with --results and the sweep id"
+            f"{given}: this summary carries no rows (written by an omni before summaries embedded them) and no "
+            f"results store beside it holds sweep {sweep_id or '?'}'s rows: rerun `omni summary {sweep_id or 'SWEEP'}` "
+            "where its results are, or reproduce the sweep's Parquet file (results/compacted/sweep=<id>/part-0000.parquet)"
         )
     return _in_store("summary", given, load_runs(store, sweep_id=sweep_id), store)
 
@@ -332,12 +355,7 @@ def rerun_spec(target: Target, envs: dict[str, EnvChoice]) -> tuple[str, str, li
     """(text, suffix, changes): the target's own spec text when it can run
     as it is, else the spec as JSON with the envs chosen and prompts files
     made absolute (its relative paths were its own folder's)."""
-    if target.spec_text is None:
-        raise OmniError(
-            f"{target.given}: no spec to rerun: the rows predate schema 18 (no spec_text) and no "
-            "results/sweeps/<id>/ manifest is beside them; reproduce it from the results store it was written to"
-        )
-    data = yaml.safe_load(target.spec_text)
+    data = yaml.safe_load(target.require_spec())
     base = (
         Path(str(target.rows["spec_path"].dropna().iloc[0])).parent if target.rows["spec_path"].notna().any() else None
     )

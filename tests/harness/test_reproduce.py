@@ -1,6 +1,6 @@
 """``omni reproduce`` as a user runs it: a synthetic sweep reproduced from
-its id, a doctored copy of its rows read from a file elsewhere, a copy
-with another CPU, and a run file from another host (the 8480 fixture).
+its id, a doctored copy of its rows read from a file elsewhere, its
+summary JSON alone, a copy with another CPU, and a run file from another host (the 8480 fixture).
 
 Chance of failing: the arms' speeds come from sleeps (20 ms a step, the
 CPU's speed does not move them; 0.02-0.1 % between runs here), so decode
@@ -89,6 +89,18 @@ def test_a_sweep_reproduced_a_doctored_copy_not_and_another_cpu_refused(tmp_path
         o = {(o["arm"], o["metric"]): o for o in record_of(done.stdout)["outcomes"]}[(arm, "decode_tok_s")]
         assert o["verdict"] == "not reproduced" and o["ci"][1] < 1 / 1.05 and o["ratio"] < 1, o
     assert (other / "reproductions").is_dir()
+
+    # a published summary JSON alone carries its rows: planned from it anywhere; one without them is refused
+    assert omni("summary", sweep_id, "--results", str(results)).returncode == 0
+    summary = json.loads((results / "summaries" / f"{sweep_id}.json").read_text())
+    (elsewhere / "summary.json").write_text(json.dumps(summary))
+    plan = omni("reproduce", str(elsewhere / "summary.json"), "--results", str(tmp_path / "fourth"), "--dry-run")
+    assert plan.returncode == 0 and f"(summary): sweep {sweep_id}, 9 row(s)" in plan.stdout, plan.stdout + plan.stderr
+    del summary["rows_parquet_base64"]
+    (elsewhere / "bare.json").write_text(json.dumps(summary))
+    bare = omni("reproduce", str(elsewhere / "bare.json"), "--results", str(tmp_path / "fourth"))
+    one_line_refusal(bare, "carries no rows", f"omni summary {sweep_id}")
+    assert not (tmp_path / "fourth").exists()
 
     # another CPU: refused before anything runs or is written
     cpu = table.schema.get_field_index("cpu_model")

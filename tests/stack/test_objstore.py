@@ -131,6 +131,13 @@ def test_omni_sweeps_and_summarizes_on_s3(s3_results, tmp_path):
     assert summary.returncode == 0, summary.stderr[-3000:]
     assert (s3_results / "summaries" / f"{sweep_id}.json").is_file()
     assert json.loads((s3_results / "summaries" / f"{sweep_id}.json").read_text())["sweep_id"] == sweep_id
+    # a published summary or part on S3 alone is a reproducible target (planned here, not rerun)
+    part = f"{s3_results}/compacted/sweep={sweep_id}/part-0000.parquet"
+    for target in (f"{s3_results}/summaries/{sweep_id}.json", part):
+        plan = omni("reproduce", target, "--results", str(tmp_path / "rerun"), "--dry-run", env=local)
+        assert plan.returncode == 0 and f"sweep {sweep_id}, 2 row(s)" in plan.stdout, plan.stdout + plan.stderr[-2000:]
+        assert "rerun: small, large" in plan.stdout, plan.stdout
+    assert not (tmp_path / "rerun").exists()
     again = omni("compact", "--results", str(s3_results))
     assert again.returncode == 0 and "0 file(s) written" in again.stdout, again.stderr
     resumed = omni("sweep", "--resume", sweep_id, "--results", str(s3_results), "--json", "--force", env=local)

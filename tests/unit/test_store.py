@@ -473,3 +473,21 @@ def test_consolidation_merges_loose_parts_and_still_counts_every_row_once(tmp_pa
     retract(tmp_path, "s2", "wrong model")
     kept, _ = without_retracted(reading.load_runs(tmp_path), tmp_path)
     assert set(kept["run_id"]) == set(sweeps["s0"] + sweeps["s1"] + late)
+
+
+def test_s3_engine_files_go_to_the_users_cache_not_the_working_directory(tmp_path, monkeypatch):
+    from omni.store.objstore import local_scratch
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("OMNI_LOCAL_DIR", raising=False)
+    for name, value in {
+        "AWS_ACCESS_KEY_ID": "k",
+        "AWS_SECRET_ACCESS_KEY": "s",
+        "AWS_ENDPOINT_URL": "http://127.0.0.1:9",
+    }.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    assert local_scratch("s3://bucket/pre/fix") == tmp_path / "cache" / "omni" / "local" / "bucket" / "pre/fix"
+    monkeypatch.setenv("OMNI_LOCAL_DIR", str(tmp_path / "chosen"))
+    assert local_scratch("s3://bucket/p") == tmp_path / "chosen" / "bucket" / "p"
+    assert local_scratch(tmp_path / "results") == tmp_path / "results"

@@ -17,8 +17,9 @@ from omni.errors import OmniError
 from omni.history.calibration import calibrate_from
 from omni.history.compare import compare_sweeps
 from omni.report.html import html_report
-from omni.report.markdown import as_json, summary_markdown, write_outputs
+from omni.report.markdown import summary_markdown
 from omni.report.summary import summarize_sweep
+from omni.report.summary_json import as_json, write_outputs
 from omni.run.validity import validity_rules
 from omni.spec import Arm
 from omni.store.retract import retract
