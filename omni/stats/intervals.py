@@ -83,6 +83,18 @@ def generalized_half_width(parts: Sequence[float], dfs: Sequence[float], confide
     return float(np.quantile(np.abs(z) * np.sqrt(variance), confidence))
 
 
+def half_widths(parts: np.ndarray, dfs: Sequence[float], confidence: float, draws: int = 4096) -> np.ndarray:
+    """:func:`generalized_half_width` for many variance estimates at once:
+    ``parts`` of shape (..., k), the k parts' degrees of freedom ``dfs``
+    (all finite); over the first ``draws`` of the same Sobol points (a
+    planner's resolution, not a verdict's)."""
+    dimensions = len(dfs) + 1
+    inverse = np.stack([_inverse_chi2(float(d), i + 1, dimensions)[:draws] for i, d in enumerate(dfs)])
+    z = np.abs(_normal(dimensions)[:draws])
+    variance = np.asarray(parts, dtype=float) @ inverse  # (..., draws)
+    return np.quantile(z * np.sqrt(variance), confidence, axis=-1)
+
+
 @cache
 def _normal(dimensions: int) -> np.ndarray:
     return sps.norm.ppf(_sobol(dimensions)[:, 0])

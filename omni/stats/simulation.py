@@ -30,10 +30,10 @@ import numpy as np
 from omni.run.plan import rotated_slot
 from omni.stats.changepoints import ALPHA as SHIFT_ALPHA
 from omni.stats.changepoints import level_shifts
-from omni.stats.intervals import pooled_log_sd
+from omni.stats.intervals import pooled_log_sd, two_sided_quantile
 from omni.stats.modes import ALPHA as STATES_ALPHA
 from omni.stats.modes import split_found
-from omni.stats.planning import Layout, passes_needed
+from omni.stats.planning import Layout, passes_needed, rerun_runs_needed
 from omni.stats.quantiles import percentile_bound
 from omni.stats.sequential import FIRST_LOOK, decide, look_confidence, passes_to_stop
 from omni.stats.sweep_simulation import MIN_EFFECT, SLOT_SD, Sweep, false_calls, power
@@ -185,6 +185,31 @@ def cross_sweep_aa(rng, draws: int, sweeps: int, noise: float, drift: float, run
         wrong += c.verdict in ("better", "worse")
     setting = f"drift {drift:.0%}, noise {noise:.0%}, calibrated from {sweeps} sweeps, {runs} v {runs} runs"
     return Row("A/A across sweeps called different", setting, 1 - LEVEL, "at most", wrong / draws, draws)
+
+
+def settled_in_reproduction(rng, draws: int, recorded: int, noise: float, drift: float, level: float) -> Row:
+    """``omni reproduce``: ``recorded`` runs of a stored sweep against a rerun
+    of the passes :func:`rerun_runs_needed` names (the recorded side fixed),
+    judged as ``omni compare`` judges two sweeps, each sweep's level moved
+    by the drift (known). A true ratio of 1 settled: equivalent, or a
+    difference inside min_effect. Stated 80 %."""
+    m = rerun_runs_needed(MIN_EFFECT, noise, recorded, level, drift=drift)
+    right = welch = 0
+    margin = math.log1p(MIN_EFFECT)
+    for _ in range(draws):
+        before = np.exp(rng.normal(0.0, drift) + _log_normal(rng, noise, recorded))
+        after = np.exp(rng.normal(0.0, drift) + _log_normal(rng, noise, m))
+        c = compare(before, after, better="higher", min_effect=MIN_EFFECT, confidence=level, drift=drift)
+        right += c.verdict == "equivalent" or (c.verdict in ("better", "worse") and c.below_min_effect)
+        # the textbook: Welch's t interval (Satterthwaite df) with the drift's 2 drift^2 added, same draws
+        lb, lo = np.log(before), np.log(after)
+        sb, so = lb.var(ddof=1) / recorded, lo.var(ddof=1) / m
+        df = (sb + so) ** 2 / (sb**2 / (recorded - 1) + so**2 / (m - 1))
+        half = two_sided_quantile(level, df) * math.sqrt(sb + so + 2 * drift**2)
+        welch += abs(lo.mean() - lb.mean()) + half <= margin
+    setting = f"{recorded} recorded v {m} new runs, noise {noise:.0%}, drift {drift:.1%}, at {level:.2%}"
+    return Row("reproduce: 'a rerun of N passes' settles an A/A target", setting, 0.8, "at least", right / draws, draws,
+               (("Welch", welch / draws),))  # fmt: skip
 
 
 def median_coverage(rng, draws: int, n: int, spread: float) -> Row:
@@ -413,6 +438,18 @@ def table(quick: bool = False) -> Iterator[tuple[str, Maker]]:
         yield f"shift-{sweeps}-{noise}-{drift}", _bind(shift_false_alarms, sweeps, noise, drift)
     for n, q in ((32, 0.99), (299, 0.99), (29, 0.9), (16, 0.5)):
         yield f"percentile-{n}-{q}", _bind(percentile_coverage, n, q)
+    # the planner's closest configurations on a grid of 3-8 recorded runs, 1-2 % noise, 95 / 98.67 %, drift 0-0.5 %
+    for recorded, noise, drift, level in (
+        (8, 0.02, 0.005, LEVEL),
+        (8, 0.02, 0.0, LEVEL),
+        (5, 0.02, 0.005, 0.95),
+        (4, 0.01, 0.005, LEVEL),
+        (3, 0.01, 0.005, 0.95),
+    ):
+        yield (
+            f"reproduce-{recorded}-{noise}-{drift}-{level}",
+            _bind(settled_in_reproduction, recorded, noise, drift, level),
+        )
 
 
 def _bind(function, *args) -> Maker:

@@ -36,8 +36,10 @@ import yaml
 
 from omni.errors import OmniError
 from omni.history.hardware import recorded
+from omni.report.units import ratio_interval
 from omni.run.plan import SlotOverride
 from omni.spec.envs import Declared, EnvSpec, requirement_name
+from omni.stats.planning import rerun_runs_needed
 from omni.store.layout import run_file_of, stored_run_ids
 from omni.store.objstore import ResultsPath, results_root
 from omni.store.reading import load_file, load_runs, profiled, rows_from_text
@@ -439,21 +441,37 @@ def outcomes(comparison) -> list[Outcome]:
             why = f"the rerun is {direction} ({comp.verdict}) beyond {effect}"
             found.append(Outcome(arm, metric, "not reproduced", ratio, ci, runs, why))
         else:
-            needed = None if comp.unreachable else comp.passes_needed
-            if comp.unreachable:
-                reach = f"the drift between sweeps (sd {comp.drift:.1%}) alone keeps it wider than {effect}"
-            elif needed:
-                reach = f"about {needed} passes per side would decide it"
-            else:
-                reach = "no pass count was computed"
+            needed, reach = _rerun_reach(comp, effect)
             found.append(Outcome(arm, metric, "undecided", ratio, ci, runs, f"inconclusive: {reach}", needed))
     return found
 
 
+def _rerun_reach(comp, effect: str) -> tuple[int | None, str]:
+    """(passes of a rerun that would decide it, why): the recorded runs are
+    fixed, so the rerun side alone grows (:func:`rerun_runs_needed`), not
+    both as a sweep's "needs N passes" assumes."""
+    if comp.unreachable:
+        return None, f"the drift between sweeps (sd {comp.drift:.1%}) alone keeps it wider than {effect}"
+    needed = rerun_runs_needed(
+        comp.min_effect, comp.noise, comp.n_base, comp.confidence, drift=comp.drift, drift_df=comp.drift_df
+    )
+    if needed is None:
+        return None, (
+            f"the {comp.n_base} recorded runs (noise {comp.noise:.1%}) keep the interval wider than {effect} "
+            "however long the rerun: only a target with more passes can be reproduced at this level"
+        )
+    return needed, f"a rerun of about {needed} passes (--passes {needed}) would decide it"
+
+
 def describe_outcome(o: Outcome) -> str:
-    ratio = f" x{o.ratio:.3f} [{o.ci[0]:.3f}, {o.ci[1]:.3f}]" if o.ratio and o.ci[0] and math.isfinite(o.ci[1]) else ""
+    ratio = f" x{o.ratio:.3f} {_interval(o.ci)}" if o.ratio and o.ci[0] is not None else ""
     runs = f", {o.runs[0]} recorded v {o.runs[1]} new run(s)" if o.runs[0] is not None else ""
     return f"{o.arm} {o.metric}: {o.verdict}{ratio} ({o.why}{runs})"
+
+
+def _interval(ci) -> str:
+    """As summaries show one (bounds past 1/1000 or 1000 as <0.001, >1000)."""
+    return ratio_interval(ci[0], ci[1] if ci[1] is not None else math.inf)
 
 
 def as_record(target: Target, new_sweep: str | None, differences, envs, changes, found, across: bool) -> dict[str, Any]:
@@ -490,7 +508,7 @@ def as_markdown(record: dict) -> str:
     ]
     for o in record["outcomes"]:
         ratio = f"x{o['ratio']:.3f}" if o["ratio"] else "—"
-        ci = f"[{o['ci'][0]:.3f}, {o['ci'][1]:.3f}]" if o["ci"][0] and math.isfinite(o["ci"][1]) else "—"
+        ci = _interval(o["ci"]) if o["ci"][0] is not None else "—"
         runs = f"{o['runs'][0]}, {o['runs'][1]}" if o["runs"][0] is not None else "—"
         lines.append(f"| {o['arm']} | {o['metric']} | **{o['verdict']}** | {ratio} | {ci} | {runs} | {o['why']} |")
     return "\n".join(lines) + "\n"

@@ -122,3 +122,19 @@ def test_one_slot_fits_the_arms_means_and_takes_the_calibrations():
     c = compare([100, 101, 99], [99, 101.5, 100], better="higher", min_effect=0.05, confidence=LEVEL,
                 blocks=([0] * 3, [0] * 3), priors=((1e-4, 12), (1e-4, 12)))  # fmt: skip
     assert c.calibrated and not c.blocked  # no slot fitted: the summary does not say it was
+
+
+def test_a_reproductions_rerun_is_planned_with_the_recorded_side_fixed():
+    from omni.stats.planning import rerun_runs_needed
+
+    # two recorded runs (make sweep's 2 passes): 1 df on their side, no rerun reaches 5 % at the primary level
+    assert rerun_runs_needed(0.05, 0.01, 2, 0.9867) is None
+    # the recorded side bounds what any rerun can do: fewer recorded runs need more new ones, or cannot be had
+    needed = [rerun_runs_needed(0.05, 0.02, r, 0.95) for r in (5, 8, 30)]
+    assert needed[0] > needed[1] >= needed[2] >= 2
+    # where both sides may grow, passes_needed asks for fewer per side than a rerun against 5 fixed runs needs
+    assert passes_needed(0.05, 0.02, 0.95) < needed[0]
+    # a drift the interval cannot shed: none
+    assert rerun_runs_needed(0.05, 0.01, 30, 0.95, drift=0.02) is None
+    with pytest.raises(ValueError):
+        rerun_runs_needed(0.0, 0.01, 5)
