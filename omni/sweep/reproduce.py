@@ -457,7 +457,7 @@ def _rerun_reach(comp, effect: str) -> tuple[int | None, str]:
     )
     if needed is None:
         return None, (
-            f"the {comp.n_base} recorded runs (noise {comp.noise:.1%}) keep the interval wider than {effect} "
+            f"the {comp.n_base} recorded runs (noise {comp.noise * 100:.2g} %) keep the interval wider than {effect} "
             "however long the rerun: only a target with more passes can be reproduced at this level"
         )
     return needed, f"a rerun of about {needed} passes (--passes {needed}) would decide it"
