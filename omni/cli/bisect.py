@@ -74,10 +74,7 @@ def bisect(
         if source is None:
             raise OmniError(f"--commits: env {base_env!r} builds no llama.cpp source tree (give it source:)")
         versions = b.commit_versions(declared, base_env, commits_between(source.repo, *commits))
-    if len(versions) < 2:
-        raise OmniError(
-            f"the range holds {len(versions)} version(s): a bisect needs two or more, the first the reference"
-        )
+    b.require_range(versions)  # before a line is printed: a refusal is one line
     local = Path("results") if "://" in results else Path(results)  # probe specs are files omni sweep reads
     try:
         directory_to_make(local)

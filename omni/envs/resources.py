@@ -150,8 +150,14 @@ def resolve_arm(
             info = None if spec.newest else env_info(repo_root, name, spec)
             python = str(info.python if info else env_dir(repo_root, name) / "bin" / "python")
             key, freeze = (info.key, info.freeze_sha256) if info else (None, None)
-    common = {"env_key": key, "env_freeze_sha256": freeze, "env_pins": pins, "env_vars": env_vars, "env": name}
-    common["env_declaration"] = declaration
+    common = {
+        "env_key": key,
+        "env_freeze_sha256": freeze,
+        "env_pins": pins,
+        "env_vars": env_vars,
+        "env": name,
+        "env_declaration": declaration,
+    }
     if arm.engine == "synthetic":
         return ArmResources(python, None, None, **common)
     if not arm.model:

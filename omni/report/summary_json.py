@@ -101,16 +101,11 @@ def carried_rows(results: str | Path | ResultsPath, sweep_id: str) -> dict:
     as a results file's bytes (:func:`omni.store.writing.rows_as_text`), and
     the retractions that cover them."""
     from omni.store.reading import read_table
-    from omni.store.retract import load_retractions
+    from omni.store.retract import covering
     from omni.store.writing import rows_as_text
 
     table = read_table(results, sweep_id)
-    ids = set(table.column("run_id").to_pylist())
-    retractions = [
-        {"run_ids": sorted(ids & set(r.run_ids)), "reason": r.reason, "superseded_by": r.superseded_by}
-        for r in load_retractions(results).itertuples()
-        if ids & set(r.run_ids)
-    ]
+    retractions = covering(results, table.column("run_id").to_pylist())
     return {"rows_parquet_base64": rows_as_text(table), "retractions": retractions}
 
 

@@ -150,20 +150,40 @@ def ok_rows(results: Path, sweep_id: str, include_retracted: bool = False) -> Sw
     frame, excluded = without_retracted(frame, results, include_retracted)
     if frame.empty:
         raise OmniError(f"all {excluded} run(s) of sweep {sweep_id} are retracted; --include-retracted shows them")
-    frame = frame.sort_values("order_index")
-    profiled_pass = profiled(frame)  # their timings carry the profiler's cost
-    timed = frame[~profiled_pass]
-    if timed.empty:
+    rows = split_rows(frame, excluded)
+    if rows.timed.empty:
         raise OmniError(f"every run of sweep {sweep_id} is a profiled pass: omni ops {sweep_id} reads them")
+    return rows
+
+
+def split_rows(frame: pd.DataFrame, excluded: int = 0) -> SweepRows:
+    """A sweep's rows in plan order, the timed ones apart from the profiled
+    passes (their timings carry the profiler's cost)."""
+    frame = frame.sort_values("order_index")
+    profiled_pass = profiled(frame)
+    timed = frame[~profiled_pass]
     return SweepRows(timed[timed["status"] == "ok"], timed, excluded, frame[profiled_pass])
+
+
+def covering(results: str | Path | ResultsPath, run_ids) -> list[dict]:
+    """The retractions that name any of ``run_ids``: the ids of those they
+    name, the reason and what superseded them."""
+    ids = set(run_ids)
+    return [
+        {"run_ids": sorted(ids & set(r.run_ids)), "reason": r.reason, "superseded_by": r.superseded_by}
+        for r in load_retractions(results).itertuples()
+        if ids & set(r.run_ids)
+    ]
 
 
 __all__ = [
     "SweepRows",
+    "covering",
     "load_retractions",
     "ok_rows",
     "retract",
     "retracted_runs",
     "resolve_target",
+    "split_rows",
     "without_retracted",
 ]

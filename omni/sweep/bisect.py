@@ -133,6 +133,14 @@ def release_versions(declared: Declared, base_env: str, package: str, releases: 
     return versions
 
 
+def require_range(versions: list[Version]) -> None:
+    """A bisect needs two versions or more, the first the reference."""
+    if len(versions) < 2:
+        raise OmniError(
+            f"the range holds {len(versions)} version(s): a bisect needs two or more, the first the reference"
+        )
+
+
 def commit_versions(declared: Declared, base_env: str, commits: list[str]) -> list[Version]:
     base = declared.spec(base_env)
     return [Version(c[:10], f"bisect-{base_env}-{c[:10]}", base.at_commit(c).declaration()) for c in commits]
@@ -223,8 +231,7 @@ def bisect(
 ) -> Search:
     """Probe ``versions`` (oldest first) until the first changed one is
     bracketed to one step, or a probe cannot decide."""
-    if len(versions) < 2:
-        raise OmniError("a bisect needs two versions or more: the first is the reference")
+    require_range(versions)
     search = Search(len(versions))
     while (index := search.next_index()) is not None:
         version = versions[index]

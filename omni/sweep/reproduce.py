@@ -42,8 +42,8 @@ from omni.spec.envs import Declared, EnvSpec, requirement_name
 from omni.stats.planning import rerun_runs_needed
 from omni.store.layout import run_file_of, stored_run_ids
 from omni.store.objstore import ResultsPath, results_root
-from omni.store.reading import load_file, load_runs, profiled, rows_from_text
-from omni.store.retract import SweepRows, load_retractions
+from omni.store.reading import load_file, load_runs, rows_from_text
+from omni.store.retract import SweepRows, covering, split_rows
 
 FLAG = "--across-hardware"
 NAME_MAX = 255  # a file name's bytes: an id longer is no folder under runs/
@@ -87,12 +87,10 @@ class Target:
     def sweep_rows(self) -> SweepRows:
         """The target's rows as a comparison reads them: timed and ok apart
         from the profiled passes (retracted ones kept: they are what is reproduced)."""
-        frame = self.rows.sort_values("order_index")
-        marked = profiled(frame)
-        timed = frame[~marked]
-        if timed.empty:
+        rows = split_rows(self.rows)
+        if rows.timed.empty:
             raise OmniError(f"{self.given}: every run is a profiled pass; nothing timed to reproduce")
-        return SweepRows(timed[timed["status"] == "ok"], timed, 0, frame[marked])
+        return rows
 
 
 def read_target(given: str, results: str) -> Target:
@@ -151,9 +149,7 @@ def _from_summary(given: str) -> Target:
         raise OmniError(f"{given}: not a summary JSON (an object with sweep_id and rows_parquet_base64)")
     if isinstance(summary.get("rows_parquet_base64"), str):
         target = _from_rows("summary", given, rows_from_text(summary["rows_parquet_base64"], given))
-        for r in summary.get("retractions") or []:
-            superseded = f" (superseded by {r['superseded_by']})" if r.get("superseded_by") else ""
-            target.retracted.append(f"{len(r['run_ids'])} run(s) retracted: {r['reason']}{superseded}")
+        target.retracted = [_retraction(r) for r in summary.get("retractions") or []]
         return target
     sweep_id = summary.get("sweep_id")
     store = path.parent.parent
@@ -177,13 +173,14 @@ def _in_store(kind: str, given: str, rows: pd.DataFrame, store: ResultsPath) -> 
         target.spec_text, target.spec_suffix = copy.read_text(), Path(copy.name).suffix
     else:
         _spec_from_rows(target)
-    ids = set(rows["run_id"])
-    for row in load_retractions(store).itertuples():
-        covered = ids & set(row.run_ids)
-        if covered:
-            superseded = f" (superseded by {row.superseded_by})" if row.superseded_by else ""
-            target.retracted.append(f"{len(covered)} run(s) retracted: {row.reason}{superseded}")
+    target.retracted = [_retraction(r) for r in covering(store, rows["run_id"])]
     return target
+
+
+def _retraction(found: dict) -> str:
+    """One retraction covering the target (:func:`omni.store.retract.covering`), as the plan names it."""
+    superseded = f" (superseded by {found['superseded_by']})" if found.get("superseded_by") else ""
+    return f"{len(found['run_ids'])} run(s) retracted: {found['reason']}{superseded}"
 
 
 def _spec_from_rows(target: Target) -> None:
