@@ -30,7 +30,7 @@ import numpy as np
 from omni.run.plan import rotated_slot
 from omni.stats.changepoints import ALPHA as SHIFT_ALPHA
 from omni.stats.changepoints import level_shifts
-from omni.stats.intervals import pooled_log_sd, two_sided_quantile
+from omni.stats.intervals import pooled_log_sd, two_sided_quantile, welch_log_interval
 from omni.stats.modes import ALPHA as STATES_ALPHA
 from omni.stats.modes import split_found
 from omni.stats.planning import Layout, passes_needed, rerun_runs_needed
@@ -201,12 +201,10 @@ def settled_in_reproduction(rng, draws: int, recorded: int, noise: float, drift:
         after = np.exp(rng.normal(0.0, drift) + _log_normal(rng, noise, m))
         c = compare(before, after, better="higher", min_effect=MIN_EFFECT, confidence=level, drift=drift)
         right += c.verdict == "equivalent" or (c.verdict in ("better", "worse") and c.below_min_effect)
-        # the textbook: Welch's t interval (Satterthwaite df) with the drift's 2 drift^2 added, same draws
-        lb, lo = np.log(before), np.log(after)
-        sb, so = lb.var(ddof=1) / recorded, lo.var(ddof=1) / m
-        df = (sb + so) ** 2 / (sb**2 / (recorded - 1) + so**2 / (m - 1))
-        half = two_sided_quantile(level, df) * math.sqrt(sb + so + 2 * drift**2)
-        welch += abs(lo.mean() - lb.mean()) + half <= margin
+        # the textbook: Welch's t interval (Satterthwaite's df, the known drift in it) with 2 drift^2 added
+        diff, _, _, df = welch_log_interval(before, after, level, drift)
+        var = np.log(before).var(ddof=1) / recorded + np.log(after).var(ddof=1) / m + 2 * drift**2
+        welch += abs(diff) + two_sided_quantile(level, df) * math.sqrt(var) <= margin
     setting = f"{recorded} recorded v {m} new runs, noise {noise:.0%}, drift {drift:.1%}, at {level:.2%}"
     return Row("reproduce: 'a rerun of N passes' settles an A/A target", setting, 0.8, "at least", right / draws, draws,
                (("Welch", welch / draws),))  # fmt: skip
