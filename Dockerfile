@@ -2,7 +2,7 @@
 # built by the same bootstrap the README's commands use.
 FROM python:3.11-slim-bookworm
 RUN apt-get update \
- && apt-get install -y --no-install-recommends numactl build-essential cmake git make \
+ && apt-get install -y --no-install-recommends numactl likwid build-essential cmake git make \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /opt/omni
 COPY . .

@@ -31,7 +31,10 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 # A prefix names a package or module; the longest prefix naming a module decides its layer.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("engine side", ("omni.errors", "omni.cpulist", "omni.engines", "omni.vllm_plugin", "omni.models")),
+    (
+        "engine side",
+        ("omni.errors", "omni.cpulist", "omni.engines", "omni.vllm_plugin", "omni.models", "omni.host.matmul_probe"),
+    ),
     (
         "facts",
         (
@@ -43,6 +46,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "omni.store.columns_run",
             "omni.store.columns_placement",
             "omni.store.columns_metrics",
+            "omni.store.columns_roofs",
             "omni.store.columns_validity",
             "omni.store.side_tables",
             "omni.store.row_check",
@@ -52,6 +56,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "omni.measure.heads",
             "omni.measure.audit",
             "omni.measure.kv",
+            "omni.measure.roofline",
+            "omni.measure.traffic",
             "omni.serving.levels",
             "omni.serving.server_metrics",
             "omni.serving.slo",

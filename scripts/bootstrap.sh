@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install whatever is missing, idempotently: Debian numactl, PostgreSQL, Chromium and the two-node
+# Install whatever is missing, idempotently: Debian numactl, likwid, PostgreSQL, Chromium and the two-node
 # test guest's QEMU, kernel and busybox, the orchestrator
 # venv (.venv) and omni in it. Safe to run any number of times; fast when
 # nothing changed (the venv is keyed by a hash of pyproject.toml).
@@ -14,6 +14,8 @@ command -v "$PYTHON" >/dev/null || PYTHON=python3
 # Chromium renders the HTML report headless in a test.
 missing=()
 command -v numactl >/dev/null || missing+=(numactl)
+# likwid-bench measures a slot's memory and cache bandwidth (omni host limits, omni/host/bandwidth.py)
+command -v likwid-bench >/dev/null || missing+=(likwid)
 command -v pg_ctlcluster >/dev/null || missing+=(postgresql)
 command -v chromium >/dev/null || missing+=(chromium)  # renders the HTML report in a test
 # the two-node QEMU guest of tests/numa_vm/test_numa_vm.py (virtme-ng boots a Debian

@@ -30,6 +30,8 @@ def local_engine_files(tmp_path_factory: pytest.TempPathFactory) -> None:
     """Engine files of s3:// runs (``OMNI_LOCAL_DIR``) go under the session's
     temporary directory, for omni run here and for the workers it starts."""
     os.environ["OMNI_LOCAL_DIR"] = str(tmp_path_factory.mktemp("omni-local"))
+    # the slots' limits (omni host limits) too: measured once per session, shared by its sweeps
+    os.environ["OMNI_LIMITS_DIR"] = str(tmp_path_factory.mktemp("omni-limits"))
 
 
 def mark_layer(items: list[pytest.Item], conftest: str) -> None:

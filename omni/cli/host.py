@@ -104,3 +104,65 @@ def host_reset(
     failed = [c for c in changes if c.error]
     if failed:
         raise OmniError(f"{len(failed)} value(s) not restored; they stay recorded: run omni host reset again as root")
+
+
+@host_app.command("limits")
+def host_limits(
+    cpus: str | None = typer.Option(None, "--cpus", help="the slot's CPUs (default: every CPU of --node)"),
+    node: int | None = typer.Option(None, "--node", min=0, help="the memory node (default: the node of the CPUs)"),
+    threads: int | None = typer.Option(
+        None, "--threads", min=1, help="threads, as the engine runs (default: one per CPU)"
+    ),
+    python: Path | None = typer.Option(
+        None, "--python", exists=True, dir_okay=False, help="an engine env's python with torch, for the matmul peaks"
+    ),
+    refresh: bool = typer.Option(False, "--refresh", help="measure again even when a fresh record is stored"),
+    as_json: bool = typer.Option(False, "--json", help="the record as JSON"),
+) -> None:
+    """The slot's limits, measured inside its binding: read bandwidth from its
+    node (and every other node with memory), its last-level cache's, and peak
+    matmul per dtype through torch. Stored per host; sweeps judge runs against them."""
+    from omni import REPO_ROOT
+    from omni.host.limits import ensure_limits, measure_limits, store_limits, torch_python
+    from omni.report.limits import describe_limits
+
+    binding = _binding(cpus, node, threads)
+    python = python or torch_python(REPO_ROOT)
+    if refresh:
+        record = measure_limits(binding, python)
+        store_limits(record)
+    else:
+        record, _ = ensure_limits(binding, python)
+    show(json.dumps(record, indent=1, sort_keys=True) if as_json else describe_limits(record))
+
+
+def _binding(cpus: str | None, node: int | None, threads: int | None):
+    from omni.cpulist import parse_cpulist
+    from omni.host.limits import Binding, memory_nodes, require_memory
+    from omni.host.topology import read_topology
+
+    topology = read_topology()
+    if node is not None:
+        require_memory(node, memory_nodes())
+    if cpus:
+        chosen = tuple(parse_cpulist(cpus))
+        unknown = sorted(set(chosen) - set(topology.online))
+        if unknown:
+            raise OmniError(
+                f"--cpus {cpus}: CPU(s) {unknown} are not online on this host (online: {list(topology.online)})"
+            )
+    else:
+        home = node if node is not None else next((n.id for n in topology.nodes.values() if n.cpus), 0)
+        chosen = topology.nodes[home].cpus if home in topology.nodes else ()
+        if not chosen:
+            raise OmniError(
+                f"node {home} has no CPUs: give the slot's CPUs with --cpus (they read its memory remotely)"
+            )
+    nodes = {topology.node_of(c) for c in chosen}
+    if node is None:
+        if len(nodes) != 1:
+            raise OmniError(f"--cpus {cpus} spans nodes {sorted(nodes)}: give --node for the memory to bind")
+        node = nodes.pop()
+    if threads is not None and threads > len(chosen):
+        raise OmniError(f"--threads {threads} is more than the {len(chosen)} CPU(s) of the slot")
+    return Binding(chosen, node, threads or len(chosen))

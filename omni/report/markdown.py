@@ -9,6 +9,7 @@ import math
 
 from omni.history.calibration import metric_kind
 from omni.report import units
+from omni.report.roofs import roofs_lines
 from omni.report.summary import SweepSummary
 from omni.report.units import ratio_interval
 from omni.report.verdicts import Judged
@@ -218,6 +219,7 @@ def summary_markdown(summary: SweepSummary) -> str:
         ]
     lines += states_lines(summary)
     lines += swing_lines(summary)
+    lines += roofs_lines(summary.roofs)
     if summary.control and not summary.hosts:  # a replicated sweep's control is judged per host, below
         judged = [
             summary.judged[(summary.control, m)] for m in summary.metrics if (summary.control, m) in summary.judged
@@ -448,6 +450,7 @@ def verdicts_markdown(summary: SweepSummary, metrics: tuple[str, ...] = HEADLINE
             lines.append(f"| {arm_label(summary, arm)} | " + " | ".join(cells) + " |")
     lines += states_lines(summary, shown)
     lines += swing_lines(summary, shown)
+    lines += roofs_lines(summary.roofs)
     voided = {summary.baseline, *summary.arms} & set(summary.void)
     lines += (
         ["", *[f"VOID `{arm}`: {summary.void[arm]}; kept out of every verdict" for arm in voided]] if voided else []

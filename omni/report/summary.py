@@ -25,6 +25,7 @@ import numpy as np
 from omni.errors import OmniError
 from omni.history.calibration import NONE, arm_calibrations, metric_kind, noise_floor
 from omni.report.provenance import MUST_AGREE, host_changes, sweep_provenance
+from omni.report.roofs import ArmRoofs, arm_roofs
 from omni.report.spec_copy import baseline_of, min_effects, primary_metrics, sweep_spec
 from omni.report.states import sweep_states, sweep_swings
 from omni.report.verdicts import BLOCK, Judged, arm_values, judge, mixed_compile_cache
@@ -89,6 +90,7 @@ class SweepSummary:
     states: dict[tuple[str, str], Explanation] = field(default_factory=dict)
     # where an arm's runs differ beyond their iterations' noise (not two states): the test and what sets them apart
     swings: dict[tuple[str, str], tuple[Swing, Explanation]] = field(default_factory=dict)
+    roofs: dict[str, ArmRoofs] = field(default_factory=dict)  # per arm, its runs against their roofs
 
 
 def _mark_bimodal(judged: Judged, key: tuple[str, str], baseline: str | None, states: dict) -> Judged:
@@ -310,6 +312,7 @@ def summarize_rows(
         modes=modes,
         states=states,
         swings=sweep_swings(ok, arms, adjustment.primary, effects, states),
+        roofs=arm_roofs(ok, arms),
     )
 
 

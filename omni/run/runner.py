@@ -24,6 +24,7 @@ from omni.host.provenance import behaviour_env, merge_engine_provenance
 from omni.run.engine_process import RUNS, EngineProcess, RunInterrupted, engine_argv, engine_env
 from omni.run.plan import PlanItem, SlotOverride
 from omni.run.progress import BOARD
+from omni.run.roofs import RoofInputs, fill_roofs
 from omni.run.row import fill_engine_log, fill_outcome, fill_sampled
 from omni.run.validity import fill_head, kv_rules, validity_rules, warn
 from omni.serving.run import run_serving, server_provenance
@@ -50,6 +51,7 @@ class RunContext:
     slots_override: SlotOverride | None = None  # --cores/--node
     recorded: dict = field(default_factory=dict)  # the request's fields every row records (SweepRequest.recorded)
     seed: int = 0  # the sweep's: it shuffles a serving run's levels as it shuffles the arms
+    roofs: RoofInputs = field(default_factory=RoofInputs)  # layouts and slot limits (omni.sweep.roofs)
 
 
 def engine_arm_payload(item: PlanItem, res: ArmResources, workdir: Path) -> dict:
@@ -249,5 +251,6 @@ def run_arm(ctx: RunContext, item: PlanItem) -> dict:
         BOARD.phase(item.run_id, "reaping")
     figures = fill_outcome(row, proc, finished, ctx.timeout_s, workdir)
     fill_sampled(row, proc, item, method, figures, placed=not ctx.simulate_placement)
+    fill_roofs(row, item, ctx.roofs, compute_threads(item.arm, item.slot))
     row["finished_at"] = now_utc()
     return row

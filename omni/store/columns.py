@@ -3,7 +3,7 @@
 Each run row column has a type, a unit, a meaning and a group (:data:`COLUMNS`);
 metrics say which direction is better, so statistics never hard-code it. The
 columns are declared by what they describe (:mod:`omni.store.columns_run`,
-:mod:`omni.store.columns_placement`, :mod:`omni.store.columns_metrics`,
+:mod:`omni.store.columns_placement`, :mod:`omni.store.columns_metrics`, :mod:`omni.store.columns_roofs`,
 :mod:`omni.store.columns_validity`, each of the type in
 :mod:`omni.store.column_type`); this module puts them in their one order and
 answers for them: lookup by name, the metrics, the schema.
@@ -23,15 +23,16 @@ import pyarrow as pa
 from omni.store.column_type import Column
 from omni.store.columns_metrics import METRICS, SERVING
 from omni.store.columns_placement import PLACEMENT
+from omni.store.columns_roofs import ROOFS
 from omni.store.columns_run import ARM, IDENTITY, PROVENANCE
 from omni.store.columns_validity import VALIDITY
 
-SCHEMA_VERSION = 18
+SCHEMA_VERSION = 19
 
 # Columns that make a row addressable: without them it cannot be filed.
 REQUIRED = ("run_id", "sweep_id", "status")
 
-COLUMNS: tuple[Column, ...] = (*IDENTITY, *ARM, *PLACEMENT, *METRICS, *SERVING, *PROVENANCE, *VALIDITY)
+COLUMNS: tuple[Column, ...] = (*IDENTITY, *ARM, *PLACEMENT, *METRICS, *SERVING, *ROOFS, *PROVENANCE, *VALIDITY)
 
 COLUMNS_BY_NAME: dict[str, Column] = {c.name: c for c in COLUMNS}
 

@@ -144,6 +144,13 @@ def _v17_to_v18(table: pa.Table) -> pa.Table:
     return table
 
 
+def _v18_to_v19(table: pa.Table) -> pa.Table:
+    """v19 added the roof columns (bytes and FLOPs per token, the slot's
+    measured limits, the roof that binds and the share reached): not
+    measured before, so null."""
+    return table
+
+
 UPGRADES: dict[int, Callable[[pa.Table], pa.Table]] = {
     1: _v1_to_v2,
     2: _v2_to_v3,
@@ -162,6 +169,7 @@ UPGRADES: dict[int, Callable[[pa.Table], pa.Table]] = {
     15: _v15_to_v16,
     16: _v16_to_v17,
     17: _v17_to_v18,
+    18: _v18_to_v19,
 }
 
 

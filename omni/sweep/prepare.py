@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -31,6 +31,7 @@ from omni.spec.envs import declared_envs
 from omni.store.layout import stored_run_ids
 from omni.store.objstore import ResultsPath, S3Path, local_copy, results_root, write_text_once
 from omni.sweep.request import SweepRequest
+from omni.sweep.roofs import prepare_roofs
 
 if TYPE_CHECKING:
     from omni.stats.sequential import Decision
@@ -242,6 +243,8 @@ def prepare_sweep(request: SweepRequest, *, shard: Shard | None = None) -> Prepa
     held = held_releases(results, sweep_id) if request.resume else {}
     resources = resolve_all(REPO_ROOT, list(loaded.sweep.arms), not request.dry_run, declared, held)
     context = run_context(request, loaded, results, provenance, resources)
+    if not (request.dry_run or request.simulated):
+        context = replace(context, roofs=prepare_roofs(items, resources, REPO_ROOT))
     return PreparedSweep(loaded, sweep_id, context, items, slots, passes, planned, asked)
 
 

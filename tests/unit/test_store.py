@@ -33,6 +33,7 @@ def test_registry_names_are_unique_and_every_column_is_explained():
         "placement",
         "metrics",
         "serving",
+        "roofs",
         "provenance",
         "validity",
     }
