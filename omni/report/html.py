@@ -13,6 +13,7 @@ from __future__ import annotations
 import html
 import io
 import json
+import math
 
 from omni.report.markdown import (
     VERDICT_COLORS,
@@ -27,6 +28,7 @@ from omni.report.markdown import (
     verdict_method,
     verdict_text,
 )
+from omni.report.roofs import PHASES, memory_text, share_text
 from omni.report.serving_curve import FIGURES, KINDS, LOAD_AXIS, curve_note, curve_series
 from omni.report.summary import SweepSummary
 from omni.report.summary_json import as_json
@@ -375,6 +377,66 @@ def serving_section(summary: SweepSummary) -> list[str]:
     ]
 
 
+def roofline_svg(summary: SweepSummary) -> str:
+    """Arithmetic intensity against achieved FLOP/s, one point per arm and
+    phase (medians over runs), the slot's measured roofs drawn (log-log)."""
+    arms = {arm: r for arm, r in summary.roofs.items() if r.points}
+    if not arms:
+        return ""
+    plt = _pyplot()
+    import numpy as np
+
+    fig, ax = plt.subplots(figsize=(WIDTH_IN, 3.6))
+    xs = [x for r in arms.values() for x, _ in r.points.values()]
+    grid = np.logspace(np.log10(min(xs) / 4), np.log10(max(xs) * 4), 64)
+    drawn = set()
+    for r in arms.values():
+        compute = r.roofs.get("compute", math.inf)
+        for name, style in (("dram", "-"), ("cache", "--")):
+            if name in r.roofs and (name, r.roofs[name], compute) not in drawn:
+                drawn.add((name, r.roofs[name], compute))
+                ax.plot(grid, np.minimum(grid * r.roofs[name], compute), style, color="#57606a", lw=1,
+                        label=f"{name} {r.roofs[name] / 1e9:.0f} GB/s, peak {compute / 1e9:.0f} GFLOP/s")  # fmt: skip
+    for i, (arm, r) in enumerate(arms.items()):
+        for phase, (x, y) in r.points.items():
+            marker = "o" if phase == "decode" else "^"
+            ax.plot([x], [y], marker, color=f"C{i}", ms=7, gid=f"roofline-{arm}-{phase}", label=f"{arm} {phase}")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity (FLOP per byte moved)")
+    ax.set_ylabel("achieved FLOP/s")
+    ax.legend(fontsize=7, loc="lower right")
+    return _svg(fig)
+
+
+def roofs_section(summary: SweepSummary) -> list[str]:
+    if not summary.roofs:
+        return []
+    rows = "".join(
+        f"<tr><td>{html.escape(arm)}</td>"
+        + (
+            f"<td colspan='4'>no roof: {html.escape(r.note)}</td>"
+            if r.note
+            else "".join(f"<td>{html.escape(share_text(r.phases[p]) if p in r.phases else '-')}</td>" for p in PHASES)
+            + f"<td>{r.decode_bytes_per_token / 2**20:.2f} MiB</td><td>{html.escape(memory_text(r))}</td>"
+        )
+        + "</tr>"
+        for arm, r in summary.roofs.items()
+    )
+    findings = "".join(
+        f"<li>{html.escape(arm)}: {html.escape(f)}</li>" for arm, r in summary.roofs.items() for f in r.findings
+    )
+    return [
+        '<section id="roofs"><h2>Roofs</h2><p>The roof that binds each phase and the runs\' geometric-mean share of '
+        "it with its 95 % interval; roofs measured on the slot (omni host limits).</p>",
+        "<table><tr><th>arm</th><th>decode</th><th>prefill</th><th>bytes per decoded token</th>"
+        f"<th>decode step's working set</th></tr>{rows}</table>",
+        f'<ul class="warn">{findings}</ul>' if findings else "",
+        f'<div id="roofline">{roofline_svg(summary)}</div>',
+        "</section>",
+    ]
+
+
 def html_report(summary: SweepSummary, history: dict | None = None) -> str:
     """``history``: {"points": {(arm, metric): [(sweep, median, floor)]}, "changes": [Change]}."""
     sections = [
@@ -388,6 +450,8 @@ def html_report(summary: SweepSummary, history: dict | None = None) -> str:
         sections.insert(3, ("trends", "Nightly trend"))
     if summary.serving is not None:
         sections.insert(1, ("serving", "Serving"))
+    if summary.roofs:
+        sections.insert(len(sections) - 1, ("roofs", "Roofs"))
     body = [
         f"<h1>sweep {html.escape(summary.sweep_id)}</h1>",
         f"<p>spec <code>{html.escape(summary.sweep_name)}</code>, baseline arm "
@@ -451,6 +515,7 @@ def html_report(summary: SweepSummary, history: dict | None = None) -> str:
         for (arm, metric), points in sorted(history["points"].items()):
             body.append(trend_svg(points, flagged.get((arm, metric), set()), f"{arm} · {metric}", metric))
         body.append("</section>")
+    body += roofs_section(summary)
     body += [
         '<section id="provenance"><h2>Provenance</h2>',
         provenance_table(summary),

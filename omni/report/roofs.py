@@ -9,7 +9,7 @@ with the rows' finding (:mod:`omni.measure.roofline`).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -38,6 +38,9 @@ class ArmRoofs:
     note: str | None = None  # why there are no roofs
     working_set: float | None = None  # one decode step's bytes, median over runs
     llc: float | None = None  # the last-level cache the slot reaches
+    # per phase: (arithmetic intensity, achieved FLOP/s), medians over runs: the roofline plot's points
+    points: dict[str, tuple[float, float]] = field(default_factory=dict)
+    roofs: dict[str, float] = field(default_factory=dict)  # dram / cache B/s, compute FLOP/s: medians over runs
 
 
 def phase_roof(rows: pd.DataFrame, phase: str) -> PhaseRoof | None:
@@ -82,8 +85,25 @@ def arm_roofs(ok: pd.DataFrame, arms) -> dict[str, ArmRoofs]:
             out[arm] = ArmRoofs(
                 phases, median_of(rows, "decode_bytes_per_token"), findings, note,
                 median_of(rows, "decode_working_set_bytes"), median_of(rows, "roof_llc_bytes"),
+                roofline_points(rows), roof_values(rows),
             )  # fmt: skip
     return out
+
+
+def roofline_points(rows: pd.DataFrame) -> dict[str, tuple[float, float]]:
+    points = {}
+    for phase, rate in (("decode", "decode_tok_s"), ("prefill", "prefill_tok_s")):
+        flops, moved = rows[f"{phase}_flops_per_token"], rows[f"{phase}_bytes_per_token"]
+        achieved = (flops * rows[rate]).dropna()
+        intensity = (flops / moved).dropna()
+        if len(achieved) and len(intensity):
+            points[phase] = (float(intensity.median()), float(achieved.median()))
+    return points
+
+
+def roof_values(rows: pd.DataFrame) -> dict[str, float]:
+    names = {"dram": "roof_dram_bytes_s", "cache": "roof_cache_bytes_s", "compute": "roof_compute_flop_s"}
+    return {name: v for name, column in names.items() if (v := median_of(rows, column))}
 
 
 def median_of(rows: pd.DataFrame, column: str) -> float | None:

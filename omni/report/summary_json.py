@@ -68,6 +68,7 @@ def as_json(summary: SweepSummary) -> dict:
             for (arm, m), j in summary.judged.items()
         ],
         "hosts": {host: as_json(part) for host, part in summary.hosts.items()},
+        "roofs": {arm: asdict(r) for arm, r in summary.roofs.items()},
         "states": [states_json(summary, arm, m) for arm, m in summary.states],
         "swings": [
             {"arm": arm, "metric": m, "text": swing_text(summary, arm, m), "p": summary.swings[(arm, m)][0].p}
