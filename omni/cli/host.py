@@ -117,6 +117,9 @@ def host_limits(
         None, "--python", exists=True, dir_okay=False, help="an engine env's python with torch, for the matmul peaks"
     ),
     refresh: bool = typer.Option(False, "--refresh", help="measure again even when a fresh record is stored"),
+    busy_wait: float = typer.Option(
+        30.0, "--busy-wait", min=0, help="seconds to wait for busy slot CPUs to calm down, then refuse"
+    ),
     as_json: bool = typer.Option(False, "--json", help="the record as JSON"),
 ) -> None:
     """The slot's limits, measured inside its binding: read bandwidth from its
@@ -129,10 +132,10 @@ def host_limits(
     binding = _binding(cpus, node, threads)
     python = python or torch_python(REPO_ROOT)
     if refresh:
-        record = measure_limits(binding, python)
+        record = measure_limits(binding, python, busy_wait_s=busy_wait)
         store_limits(record)
     else:
-        record, _ = ensure_limits(binding, python)
+        record, _ = ensure_limits(binding, python, busy_wait_s=busy_wait)
     show(json.dumps(record, indent=1, sort_keys=True) if as_json else describe_limits(record))
 
 

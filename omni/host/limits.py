@@ -54,7 +54,6 @@ MATMUL_N = 2048
 UNKEYED_CONDITIONS = ("swap_used_mb",)
 # as a sweep's default busy_threshold_pct: a roof measured beside a neighbour is a loaded host's, kept 30 days
 BUSY_THRESHOLD_PCT = 10.0
-BUSY_WAIT_S = 60.0  # how long busy CPUs may take to calm down before measuring is refused
 
 
 @dataclass(frozen=True)
@@ -194,7 +193,7 @@ def measure_matmul(binding: Binding, python: str | Path) -> dict:
     return figures
 
 
-def quiet_cpus(binding: Binding, wait_s: float = BUSY_WAIT_S):
+def quiet_cpus(binding: Binding, wait_s: float):
     """The binding's CPU load, sampled until it is under the threshold or ``wait_s`` has passed."""
     deadline = time.monotonic() + wait_s
     while True:
@@ -203,10 +202,13 @@ def quiet_cpus(binding: Binding, wait_s: float = BUSY_WAIT_S):
             return busy
 
 
-def measure_limits(binding: Binding, python: str | Path | None, root: str | Path = "/") -> dict:
+def measure_limits(
+    binding: Binding, python: str | Path | None, root: str | Path = "/", busy_wait_s: float = 0.0
+) -> dict:
     """A fresh record of the binding's limits (not stored: :func:`store_limits`);
-    refused when the binding's CPUs are busy with another process."""
-    busy = quiet_cpus(binding)
+    refused when the binding's CPUs are still busy with another process after
+    ``busy_wait_s`` (a sweep's own busy_wait_s: the patience its runs have)."""
+    busy = quiet_cpus(binding, busy_wait_s)
     if busy.busy_cpus(BUSY_THRESHOLD_PCT):
         raise OmniError(
             f"{binding.label()}: {busy.describe(BUSY_THRESHOLD_PCT)}; limits measured now would be a loaded "
@@ -256,11 +258,13 @@ def stored_limits(binding: Binding, python: str | Path | None, root: str | Path 
     return record if fresh(record) else None
 
 
-def ensure_limits(binding: Binding, python: str | Path | None, root: str | Path = "/") -> tuple[dict, bool]:
+def ensure_limits(
+    binding: Binding, python: str | Path | None, root: str | Path = "/", busy_wait_s: float = 0.0
+) -> tuple[dict, bool]:
     """(record, measured now): the stored one when fresh, else measured and stored."""
     record = stored_limits(binding, python, root)
     if record is not None:
         return record, False
-    record = measure_limits(binding, python, root)
+    record = measure_limits(binding, python, root, busy_wait_s)
     store_limits(record)
     return record, True

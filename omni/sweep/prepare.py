@@ -244,7 +244,7 @@ def prepare_sweep(request: SweepRequest, *, shard: Shard | None = None) -> Prepa
     resources = resolve_all(REPO_ROOT, list(loaded.sweep.arms), not request.dry_run, declared, held)
     context = run_context(request, loaded, results, provenance, resources)
     if not (request.dry_run or request.simulated):
-        context = replace(context, roofs=prepare_roofs(items, resources, REPO_ROOT))
+        context = replace(context, roofs=prepare_roofs(items, resources, REPO_ROOT, context.busy_wait_s))
     return PreparedSweep(loaded, sweep_id, context, items, slots, passes, planned, asked)
 
 

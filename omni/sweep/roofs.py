@@ -61,7 +61,9 @@ def torch_env(items: list[PlanItem], resources: dict[str, ArmResources], repo_ro
     return torch_python(repo_root)
 
 
-def prepare_roofs(items: list[PlanItem], resources: dict[str, ArmResources], repo_root: Path) -> RoofInputs:
+def prepare_roofs(
+    items: list[PlanItem], resources: dict[str, ArmResources], repo_root: Path, busy_wait_s: float = 0.0
+) -> RoofInputs:
     """Layouts of the items' arms and limits of their bindings (measured when missing or stale)."""
     layouts: dict[str, Layout | str] = {}
     limits: dict[tuple[int, int], dict | str] = {}
@@ -81,7 +83,7 @@ def prepare_roofs(items: list[PlanItem], resources: dict[str, ArmResources], rep
             continue
         python = python or torch_env(items, resources, repo_root)
         try:
-            record, measured = ensure_limits(binding, python)
+            record, measured = ensure_limits(binding, python, busy_wait_s=busy_wait_s)
         except OmniError as e:
             limits[key] = f"the slot's limits could not be measured: {e}"
             continue

@@ -16,8 +16,8 @@ Prefect worker), ``hosts`` (the Prefect client), ``stack up/down/status``
 (PostgreSQL, Prefect, SeaweedFS), ``env build`` (an engine env),
 ``models make`` (the model env), ``env prune`` (this machine's envs: always
 a dry run, and its removal a stand-in), ``bisect`` (its probes, each a
-sweep), ``calibrate`` without ``--from`` (its sweeps) and ``simulate``
-(minutes of simulated sweeps). Those commands are fuzzed for what they refuse before they start.
+sweep), ``calibrate`` without ``--from`` (its sweeps), ``simulate``
+(minutes of simulated sweeps) and ``host limits`` (likwid-bench and torch). Those commands are fuzzed for what they refuse before they start.
 
 Deterministic: the walk is a fixed list, the combinations are hypothesis's
 ``derandomize``d draws, so CI sees the same calls each time.
@@ -198,6 +198,10 @@ def nothing_starts(tmp_path_factory):
         mp.setattr("omni.envs.resources.make_model", lambda *a, **k: {"hf_sha256": "h", "gguf": {}})
         mp.setattr(cli, "run_local_sweep", lambda *a, **k: "sw1")
         mp.setattr("omni.stats.simulation.simulate", lambda draws, seed, quick: [])  # minutes of simulation
+        # host limits: a minute of likwid-bench and torch per binding, and a busy wait
+        mp.setattr("omni.host.limits.quiet_cpus", lambda binding, wait_s: NS(busy_cpus=lambda threshold: []))
+        mp.setattr("omni.host.limits.measure_bandwidth", lambda binding, root="/": {})
+        mp.setattr("omni.host.limits.measure_matmul", lambda binding, python: {})
         if hasattr(cli, "start_ephemeral_server"):
             mp.setattr(cli, "start_ephemeral_server", lambda *a, **k: None)
         mp.delenv("PREFECT_API_URL", raising=False)

@@ -153,3 +153,35 @@ def test_a_dtypes_roof_is_the_best_matmul_that_can_do_its_work():
     limits = {"figures": {"matmul_fp32": {"median": 100e9}, "matmul_bf16": {"median": 60e9}}}
     assert compute_roof(limits, "bf16") == 100e9 and compute_roof(limits, "int8") == 100e9
     assert compute_roof(limits, "fp32") == 100e9 and compute_roof({"figures": {}}, "bf16") is None
+
+
+def test_the_summary_shows_each_arms_share_with_its_interval_and_flags_one_above_its_roof():
+    import math
+
+    import pandas as pd
+
+    from omni.measure.roofline import ROOF_EXCEEDED
+    from omni.report.roofs import arm_roofs, roofs_lines
+
+    def row(arm, share, warnings=()):
+        return {
+            "arm": arm, "decode_roof": "dram", "decode_roof_share": share, "prefill_roof": "compute",
+            "prefill_roof_share": 0.5, "roof_note": None, "decode_bytes_per_token": 2.5e9,
+            "decode_working_set_bytes": 2.5e9, "roof_llc_bytes": 32 << 20, "decode_flops_per_token": 2.5e9,
+            "decode_tok_s": 10.0, "prefill_flops_per_token": 2.5e9, "prefill_bytes_per_token": 2e7,
+            "prefill_tok_s": 100.0, "roof_dram_bytes_s": 3e10, "roof_cache_bytes_s": 2e11,
+            "roof_compute_flop_s": 4e11, "warnings": [w for w, _ in warnings], "warning_rules": [r for _, r in warnings],
+        }  # fmt: skip
+
+    over = "decode reached 1.30x its dram roof: the bytes model counts more than the engine reads"
+    ok = pd.DataFrame([row("a", 0.8), row("a", 0.9), row("b", 1.3, [(over, ROOF_EXCEEDED)])])
+    roofs = arm_roofs(ok, ["a", "b"])
+    a = roofs["a"].phases["decode"]
+    assert a.share == pytest.approx(math.sqrt(0.8 * 0.9)) and a.runs == 2 and a.low < 0.8 and a.high > 0.9
+    # Student's t at 1 df (12.71) on the logs' sd over sqrt(2)
+    half = 12.706 * abs(math.log(0.9) - math.log(0.8)) / math.sqrt(2) / math.sqrt(2)
+    assert a.high == pytest.approx(math.sqrt(0.72) * math.exp(half), rel=1e-3)
+    text = "\n".join(roofs_lines(roofs))
+    assert "| a | dram 0.849" in text and "exceeds the 32 MiB last-level cache" in text
+    assert "above its roof (x1.30)" in text and f"- b: {over}" in text
+    assert roofs["a"].points["decode"] == (1.0, 2.5e10)
