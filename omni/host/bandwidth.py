@@ -33,6 +33,8 @@ from pathlib import Path
 
 from omni.cpulist import format_cpulist, parse_cpulist
 from omni.errors import OmniError
+from omni.host.placement import numactl_path, pin_argv
+from omni.host.topology import Slot
 
 LIKWID_BENCH = "likwid-bench"
 INSTALL_HINT = "install it with `apt-get install likwid` (scripts/bootstrap.sh does)"
@@ -116,22 +118,15 @@ def likwid_version() -> str | None:
 
 
 def bandwidth_argv(cpus: tuple[int, ...], node: int, kernel: str, size: int, threads: int) -> list[str]:
-    """likwid-bench bound as the slot's engine is: its CPUs, its memory node."""
-    numactl = shutil.which("numactl")
+    """likwid-bench bound as the slot's engine is (:func:`omni.host.placement.pin_argv`):
+    its CPUs, and its memory on ``node``. numactl is required: without
+    ``--membind`` the figure would not be the node's."""
+    numactl = numactl_path()
     if numactl is None:
         raise OmniError("numactl not found: limits are measured inside the slot's binding; apt-get install numactl")
     kib = max(size // 1024, 4)
-    return [
-        numactl,
-        f"--physcpubind={format_cpulist(cpus)}",
-        f"--membind={node}",
-        "--",
-        likwid_bench(),
-        "-t",
-        kernel,
-        "-W",
-        f"N:{kib}kB:{threads}",
-    ]
+    bench = [likwid_bench(), "-t", kernel, "-W", f"N:{kib}kB:{threads}"]
+    return pin_argv(Slot(index=0, node=node, cpus=tuple(cpus), mems=(node,)), bench, numactl)[0]
 
 
 def run_bandwidth(argv: list[str], timeout_s: float = 300.0) -> float:

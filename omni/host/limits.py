@@ -28,7 +28,6 @@ import json
 import math
 import os
 import platform
-import shutil
 import statistics
 import subprocess
 import time
@@ -39,10 +38,11 @@ from pathlib import Path
 from omni.cpulist import format_cpulist
 from omni.errors import OmniError
 from omni.host import bandwidth
+from omni.host.cache import user_cache
 from omni.host.conditions import host_conditions
-from omni.host.placement import measure_busy
+from omni.host.placement import measure_busy, numactl_path, pin_argv
 from omni.host.provenance import collect_cpu, collect_numa
-from omni.host.topology import read_topology
+from omni.host.topology import Slot, read_topology
 
 REPEATS = 5
 MAX_REPEATS = 10
@@ -69,8 +69,7 @@ class Binding:
 
 
 def limits_dir() -> Path:
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "omni" / "limits"
-    return Path(os.environ.get("OMNI_LIMITS_DIR") or cache).resolve()
+    return user_cache("limits", "OMNI_LIMITS_DIR").resolve()
 
 
 def torch_version(python: str | Path | None) -> str | None:
@@ -148,11 +147,9 @@ def require_memory(node: int, nodes: dict[int, int | None]) -> None:
         )
 
 
-def measure_bandwidth(binding: Binding, root: str | Path = "/") -> dict:
+def measure_bandwidth(binding: Binding, cpu_flags, root: str | Path = "/") -> dict:
     """Every bandwidth figure of the binding: its node, the others with memory, the cache."""
-    meta: dict = {}
-    collect_cpu(meta, root=root)
-    kernel = bandwidth.load_kernel(meta.get("cpu_flags", ()))
+    kernel = bandwidth.load_kernel(cpu_flags)
     cpus = binding.cpus[: binding.threads]
     llc = bandwidth.llc_bytes(cpus, root)
     nodes = memory_nodes(root)
@@ -174,10 +171,9 @@ def measure_bandwidth(binding: Binding, root: str | Path = "/") -> dict:
 
 def measure_matmul(binding: Binding, python: str | Path) -> dict:
     """Peak matmul per dtype: the probe, run in the engine env, bound to the slot."""
-    numactl = shutil.which("numactl")
-    cpus = format_cpulist(binding.cpus[: binding.threads])
-    pin = [numactl, f"--physcpubind={cpus}", f"--membind={binding.node}", "--"] if numactl else []
-    argv = [*pin, str(python), "-m", "omni.host.matmul_probe", str(binding.threads), str(MATMUL_N), str(REPEATS)]
+    probe = [str(python), "-m", "omni.host.matmul_probe", str(binding.threads), str(MATMUL_N), str(REPEATS)]
+    slot = Slot(index=0, node=binding.node, cpus=binding.cpus[: binding.threads], mems=(binding.node,))
+    argv, _ = pin_argv(slot, probe, numactl_path())
     env = {**os.environ, "OMP_NUM_THREADS": str(binding.threads)}
     done = subprocess.run(argv, capture_output=True, text=True, timeout=600, env=env)
     if done.returncode != 0:
@@ -203,20 +199,24 @@ def quiet_cpus(binding: Binding, wait_s: float):
 
 
 def measure_limits(
-    binding: Binding, python: str | Path | None, root: str | Path = "/", busy_wait_s: float = 0.0
+    binding: Binding,
+    python: str | Path | None,
+    root: str | Path = "/",
+    busy_wait_s: float = 0.0,
+    identity: tuple[dict, dict] | None = None,
 ) -> dict:
     """A fresh record of the binding's limits (not stored: :func:`store_limits`);
     refused when the binding's CPUs are still busy with another process after
-    ``busy_wait_s`` (a sweep's own busy_wait_s: the patience its runs have)."""
+    ``busy_wait_s`` (a sweep's own busy_wait_s: the patience its runs have).
+    ``identity``: (:func:`host_identity`, :func:`tool_versions`) when the caller has them."""
     busy = quiet_cpus(binding, busy_wait_s)
     if busy.busy_cpus(BUSY_THRESHOLD_PCT):
         raise OmniError(
             f"{binding.label()}: {busy.describe(BUSY_THRESHOLD_PCT)}; limits measured now would be a loaded "
             "host's (and kept 30 days): measure them on a quiet host (omni host limits)"
         )
-    host = host_identity(root)
-    tools = tool_versions(python)
-    figures = measure_bandwidth(binding, root)
+    host, tools = identity or (host_identity(root), tool_versions(python))
+    figures = measure_bandwidth(binding, host.get("cpu_flags", ()), root)
     if python is not None:
         figures |= measure_matmul(binding, python)
     return {
@@ -248,9 +248,8 @@ def fresh(record: dict, now: datetime | None = None) -> bool:
     return (now or datetime.now(UTC)) - measured <= timedelta(days=MAX_AGE_DAYS)
 
 
-def stored_limits(binding: Binding, python: str | Path | None, root: str | Path = "/") -> dict | None:
-    """The stored record for this binding on this host as it is now, if fresh."""
-    key = limits_key(binding, host_identity(root), tool_versions(python))
+def stored_limits(key: str) -> dict | None:
+    """The stored record of ``key`` (:func:`limits_key`), if fresh."""
     try:
         record = json.loads(record_path(key).read_text())
     except (OSError, ValueError):
@@ -261,10 +260,11 @@ def stored_limits(binding: Binding, python: str | Path | None, root: str | Path 
 def ensure_limits(
     binding: Binding, python: str | Path | None, root: str | Path = "/", busy_wait_s: float = 0.0
 ) -> tuple[dict, bool]:
-    """(record, measured now): the stored one when fresh, else measured and stored."""
-    record = stored_limits(binding, python, root)
+    """(record, measured now): the stored one when fresh for this host as it is now, else measured and stored."""
+    identity = (host_identity(root), tool_versions(python))
+    record = stored_limits(limits_key(binding, *identity))
     if record is not None:
         return record, False
-    record = measure_limits(binding, python, root, busy_wait_s)
+    record = measure_limits(binding, python, root, busy_wait_s, identity)
     store_limits(record)
     return record, True

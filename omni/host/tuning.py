@@ -19,6 +19,7 @@ from pathlib import Path
 
 from omni.cpulist import format_cpulist
 from omni.errors import OmniError
+from omni.host.cache import user_cache
 from omni.host.readings import (
     ABSENT,
     CPU_DIR,
@@ -54,8 +55,7 @@ THP_DEFRAG_TUNED = "defer"
 
 
 def default_state_path() -> Path:
-    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(cache) / "omni" / "host-tune.json"
+    return user_cache("host-tune.json")
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from omni.errors import OmniError
+from omni.host.cache import user_cache
 
 SCHEME = "s3://"
 
@@ -316,8 +317,7 @@ def local_scratch(results: str | Path | S3Path) -> Path:
     ``~/.cache/omni/local``: never the directory a worker happens to start in)."""
     root = results_root(results)
     if isinstance(root, S3Path):
-        cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "omni" / "local"
-        return Path(os.environ.get("OMNI_LOCAL_DIR") or cache).resolve() / root.bucket / root.key
+        return user_cache("local", "OMNI_LOCAL_DIR").resolve() / root.bucket / root.key
     return root
 
 

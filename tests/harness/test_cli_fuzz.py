@@ -200,7 +200,7 @@ def nothing_starts(tmp_path_factory):
         mp.setattr("omni.stats.simulation.simulate", lambda draws, seed, quick: [])  # minutes of simulation
         # host limits: a minute of likwid-bench and torch per binding, and a busy wait
         mp.setattr("omni.host.limits.quiet_cpus", lambda binding, wait_s: NS(busy_cpus=lambda threshold: []))
-        mp.setattr("omni.host.limits.measure_bandwidth", lambda binding, root="/": {})
+        mp.setattr("omni.host.limits.measure_bandwidth", lambda binding, cpu_flags, root="/": {})
         mp.setattr("omni.host.limits.measure_matmul", lambda binding, python: {})
         if hasattr(cli, "start_ephemeral_server"):
             mp.setattr(cli, "start_ephemeral_server", lambda *a, **k: None)
