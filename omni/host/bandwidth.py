@@ -43,6 +43,9 @@ MIB = 1 << 20
 # a cache of tens of MB holds none of it between passes.
 DRAM_LLC_MULTIPLE = 16
 DRAM_MIN_BYTES = 512 * MIB
+# what one run reads (``-i``: passes over the buffer, each thread its own part): a second or
+# less of DRAM time, so a figure can be repeated often enough to find its best mode
+RUN_READ_BYTES = 32 * 10**9
 RATE_LINE = re.compile(r"^MByte/s:\s*([0-9.eE+-]+)\s*$", re.M)
 VERSION_LINE = re.compile(r"Version\s+([0-9][0-9.]*)")
 
@@ -125,8 +128,14 @@ def bandwidth_argv(cpus: tuple[int, ...], node: int, kernel: str, size: int, thr
     if numactl is None:
         raise OmniError("numactl not found: limits are measured inside the slot's binding; apt-get install numactl")
     kib = max(size // 1024, 4)
-    bench = [likwid_bench(), "-t", kernel, "-W", f"N:{kib}kB:{threads}"]
+    bench = [likwid_bench(), "-t", kernel, "-i", str(iterations(kib * 1024)), "-W", f"N:{kib}kB:{threads}"]
     return pin_argv(Slot(index=0, node=node, cpus=tuple(cpus), mems=(node,)), bench, numactl)[0]
+
+
+def iterations(size: int) -> int:
+    """Passes over a ``size``-byte buffer that read :data:`RUN_READ_BYTES` (likwid's
+    own calibration would spend seconds finding a count per run)."""
+    return max(10, -(-RUN_READ_BYTES // size))
 
 
 def run_bandwidth(argv: list[str], timeout_s: float = 300.0) -> float:

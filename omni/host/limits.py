@@ -1,8 +1,11 @@
 """A slot's limits: the bandwidth and matmul peaks its runs are judged against.
 
 Measured the way a run runs (the slot's CPUs, its memory node, the engine's
-thread count), each figure repeated (:data:`REPEATS`, more while its spread
-is wide) and kept with every value, so its spread is known:
+thread count), each figure repeated (:data:`REPEATS`, more until its best
+rate is reached twice: :func:`settled`) and kept with every value, so its
+spread is known. The roof a run is judged against is that confirmed best
+rate (:func:`confirmed_best`), not the median: a ceiling is what the slot
+can reach, and on a shared host every disturbance lowers a figure.
 
 - ``dram_read``: read bandwidth from the slot's own node, and
   ``dram_read_node<N>`` from every other node that has memory (what a run
@@ -45,9 +48,15 @@ from omni.host.provenance import collect_cpu, collect_numa
 from omni.host.topology import Slot, read_topology
 
 REPEATS = 5
-MAX_REPEATS = 10
-# repeat until the figures' max/min is within this, or MAX_REPEATS
-SETTLED_SPREAD = 0.10
+MAX_REPEATS = 12
+# bandwidth repeats more: on a shared VM its runs fall into modes (page placement, a neighbour's
+# traffic), and a roof must be the upper one; at p = 0.4 per run, 10 runs miss it 0.6 % of the time
+BANDWIDTH_REPEATS = 10
+BANDWIDTH_MAX_REPEATS = 16
+# a figure's roof is the best rate a second repeat came this close to (confirmed, not one run's glitch)
+CONFIRMED = 0.03
+# the way a record's roof is taken: a changed rule measures again rather than reading an old record
+RECORD_FORMAT = 2
 MAX_AGE_DAYS = 30
 MATMUL_N = 2048
 # conditions that vary on their own, not settings of the host
@@ -100,7 +109,12 @@ def host_identity(root: str | Path = "/") -> dict:
 
 
 def limits_key(binding: Binding, host: dict, tools: dict) -> str:
-    what = {"binding": [list(binding.cpus), binding.node, binding.threads], "host": host, "tools": tools}
+    what = {
+        "binding": [list(binding.cpus), binding.node, binding.threads],
+        "host": host,
+        "tools": tools,
+        "format": RECORD_FORMAT,
+    }
     return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -108,11 +122,23 @@ def tool_versions(python: str | Path | None) -> dict:
     return {"likwid": bandwidth.likwid_version(), "torch": torch_version(python)}
 
 
+def confirmed_best(values: list[float]) -> float:
+    """The roof a figure's repeats show: the second-best rate, a rate the slot
+    reached twice. The best alone, as STREAM reports, is the ceiling only when a
+    single run cannot be lifted by its own timing; the median is no ceiling on a
+    shared host, whose neighbours and page placement only ever take bandwidth
+    away (this VM's DRAM reads fall into two modes, ~31 and ~50 GB/s, run by run)."""
+    ranked = sorted(values, reverse=True)
+    return ranked[1] if len(ranked) > 1 else ranked[0]
+
+
 def summarize(values: list[float]) -> dict:
-    """A figure's values and their spread: median, min, max, relative sd of logs."""
+    """A figure's values and their spread: the roof (:func:`confirmed_best`),
+    median, min, max, relative sd of logs."""
     logs = [math.log(v) for v in values]
     return {
         "values": values,
+        "roof": confirmed_best(values),
         "median": statistics.median(values),
         "min": min(values),
         "max": max(values),
@@ -120,13 +146,17 @@ def summarize(values: list[float]) -> dict:
     }
 
 
-def settled(values: list[float]) -> bool:
-    return len(values) >= MAX_REPEATS or (len(values) >= REPEATS and max(values) / min(values) - 1 <= SETTLED_SPREAD)
+def settled(values: list[float], least: int = REPEATS, most: int = MAX_REPEATS) -> bool:
+    """At least ``least`` runs, then until the best rate is confirmed by a
+    second run within CONFIRMED, at most ``most``."""
+    if len(values) >= most:
+        return True
+    return len(values) >= least and confirmed_best(values) >= max(values) * (1 - CONFIRMED)
 
 
-def repeat(measure_once) -> list[float]:
+def repeat(measure_once, least: int = BANDWIDTH_REPEATS, most: int = BANDWIDTH_MAX_REPEATS) -> list[float]:
     values: list[float] = []
-    while not settled(values):
+    while not settled(values, least, most):
         values.append(measure_once())
     return values
 
@@ -171,7 +201,7 @@ def measure_bandwidth(binding: Binding, cpu_flags, root: str | Path = "/") -> di
 
 def measure_matmul(binding: Binding, python: str | Path) -> dict:
     """Peak matmul per dtype: the probe, run in the engine env, bound to the slot."""
-    probe = [str(python), "-m", "omni.host.matmul_probe", str(binding.threads), str(MATMUL_N), str(REPEATS)]
+    probe = [str(python), "-m", "omni.host.matmul_probe", str(binding.threads), str(MATMUL_N), str(MAX_REPEATS)]
     slot = Slot(index=0, node=binding.node, cpus=binding.cpus[: binding.threads], mems=(binding.node,))
     argv, _ = pin_argv(slot, probe, numactl_path())
     env = {**os.environ, "OMP_NUM_THREADS": str(binding.threads)}

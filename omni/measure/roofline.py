@@ -29,9 +29,10 @@ EXCEEDED = 1.0
 ROOF_EXCEEDED = "roof_exceeded"
 
 
-def median(limits: dict, figure: str) -> float | None:
+def roof(limits: dict, figure: str) -> float | None:
+    """A measured figure's roof: the best rate its repeats confirmed (:func:`omni.host.limits.confirmed_best`)."""
     entry = limits.get("figures", {}).get(figure) or {}
-    value = entry.get("median")
+    value = entry.get("roof")
     return float(value) if value else None
 
 
@@ -42,7 +43,7 @@ WIDER = {"int8": ("int8", "bf16", "fp32"), "bf16": ("bf16", "fp32"), "fp32": ("f
 
 def compute_roof(limits: dict, compute_dtype: str) -> float | None:
     """The best measured matmul rate among the dtypes that can do ``compute_dtype``'s work."""
-    rates = [r for d in WIDER.get(compute_dtype, (compute_dtype,)) if (r := median(limits, f"matmul_{d}"))]
+    rates = [r for d in WIDER.get(compute_dtype, (compute_dtype,)) if (r := roof(limits, f"matmul_{d}"))]
     return max(rates) if rates else None
 
 
@@ -71,7 +72,7 @@ def roof_columns(
     traffic: Traffic, limits: dict, compute_dtype: str, prefill_tok_s: float | None, decode_tok_s: float | None
 ) -> tuple[dict, list[str]]:
     """The row's roof columns and the findings to warn about (shares above 1)."""
-    dram, cache = median(limits, "dram_read"), median(limits, "cache_read")
+    dram, cache = roof(limits, "dram_read"), roof(limits, "cache_read")
     compute = compute_roof(limits, compute_dtype)
     llc = (limits.get("figures", {}).get("cache_read") or {}).get("llc_bytes")
     cols = {

@@ -4,13 +4,25 @@ measure again, and the refusal of a node without memory."""
 
 from __future__ import annotations
 
+import random
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from omni.errors import OmniError
 from omni.host import bandwidth
-from omni.host.limits import Binding, fresh, limits_key, require_memory, settled, summarize
+from omni.host.limits import (
+    BANDWIDTH_MAX_REPEATS,
+    BANDWIDTH_REPEATS,
+    Binding,
+    confirmed_best,
+    fresh,
+    limits_key,
+    repeat,
+    require_memory,
+    settled,
+    summarize,
+)
 from omni.report.limits import describe_limits
 
 pytestmark = pytest.mark.unit
@@ -57,13 +69,36 @@ def test_the_last_level_cache_a_slot_reaches_sums_its_instances(tmp_path):
     assert bandwidth.dram_buffer_bytes(None) == 512 << 20
 
 
-def test_figures_repeat_until_their_spread_is_known():
-    assert not settled([1.0, 1.0, 1.0, 1.0])
-    assert settled([1.0, 1.05, 1.02, 1.0, 1.08])
-    assert not settled([1.0, 1.5, 1.0, 1.0, 1.0])
-    assert settled([1.0, 1.5] * 5)  # at most 10
-    figure = summarize([2.0, 4.0])
+def test_figures_repeat_until_their_best_rate_is_reached_twice():
+    assert not settled([1.0, 1.0, 1.0, 1.0])  # at least 5
+    assert settled([1.0, 1.05, 1.02, 1.0, 1.04])  # 1.05 confirmed by 1.04
+    assert not settled([1.0, 1.5, 1.0, 1.0, 1.0])  # 1.5 seen once: a mode or a glitch, look again
+    assert settled([1.0, 1.5, 1.0, 1.0, 1.0, 1.49])
+    assert settled([1.0, 1.5, 1.1] + [1.0] * 9)  # at most 12
+    assert not settled([1.0] * 9, least=10) and settled([1.0] * 10, least=10)
+    figure = summarize([2.0, 4.0, 3.0])
     assert (figure["median"], figure["min"], figure["max"]) == (3.0, 2.0, 4.0)
+    # the roof is the best rate a second run reached: never one run's alone, never the median
+    assert figure["roof"] == 3.0
+    assert confirmed_best([31.0, 50.0, 32.0, 49.0, 30.0]) == 49.0
+    assert confirmed_best([7.0]) == 7.0
+
+
+def test_bimodal_bandwidth_finds_the_upper_mode():
+    """This VM's DRAM reads fall run by run into a ~30 and a ~45-50 GB/s mode
+    (4 of 12 runs high in one measured series). The bandwidth rule must find
+    the upper mode: it stops in the lower one only when its first 10 runs are
+    all low (0.6^10 = 0.006 at p = 0.4) or when at most one of 16 is high
+    (0.003). Seeded draws, so the test is deterministic; the bound 0.015 is
+    4 sd of 4000 draws above the 0.009 the rule should give."""
+    rng = random.Random(46)
+    misses = 0
+    trials = 4000
+    for _ in range(trials):
+        values = repeat(lambda: rng.gauss(48.0, 1.0) if rng.random() < 0.4 else rng.gauss(30.0, 0.6))
+        assert BANDWIDTH_REPEATS <= len(values) <= BANDWIDTH_MAX_REPEATS
+        misses += confirmed_best(values) < 45.0
+    assert misses / trials < 0.015, misses
 
 
 def test_a_changed_host_or_binding_measures_again():
