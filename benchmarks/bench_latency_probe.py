@@ -9,7 +9,11 @@ warm-ups, ITERS timed: as omni's vLLM arm). MAX_BATCHED: vLLM's step budget
 
     python bench_latency_probe.py MODEL INPUT_LEN OUTPUT_LEN BATCH MAX_LEN KV_BYTES MAX_BATCHED WARMUP ITERS OUT.json [FLAG ...]
 
-Any FLAG after OUT.json is passed to ``vllm bench latency`` as given (e.g. ``--disable-log-stats``).
+Any FLAG after OUT.json is passed to ``vllm bench latency`` as given (e.g.
+``--disable-log-stats``), except ``--greedy``: the bench's own sampling
+(temperature 1.0, top_p 1.0) made greedy, as omni's vLLM arm samples, by
+wrapping ``vllm.SamplingParams`` (the bench imports it when it runs); the
+bench is otherwise untouched, so the difference it makes is the sampling's.
 """
 
 import json
@@ -58,7 +62,23 @@ def latencies(model, input_len, output_len, batch, max_len, kv_bytes, max_batche
         return json.load(open(out.name))
 
 
+def sample_greedily() -> None:
+    import vllm
+    from vllm import LLM  # noqa: F401 -- its modules use SamplingParams as a type: load them first
+
+    original = vllm.SamplingParams
+
+    def greedy(*args, **kwargs):
+        return original(*args, **(kwargs | {"temperature": 0.0}))
+
+    vllm.SamplingParams = greedy
+
+
 if __name__ == "__main__":
+    flags = sys.argv[11:]
+    if "--greedy" in flags:
+        flags.remove("--greedy")
+        sample_greedily()
     model, input_len, output_len, batch, max_len, kv_bytes, max_batched, warmup, iters, dest = sys.argv[1:11]
     full = latencies(
         model,
@@ -70,6 +90,6 @@ if __name__ == "__main__":
         max_batched,
         warmup,
         iters,
-        sys.argv[11:],
+        flags,
     )
     json.dump({"latency_n": full["avg_latency"], "latencies_n": full["latencies"]}, open(dest, "w"))

@@ -28,6 +28,16 @@ which ``vllm bench latency`` would otherwise leave at vLLM's 4096. omni's
 rows also say whether the batch decoded in lock step (partial steps per
 start), and its per-request TTFT and TPOT.
 
+``--bench-side NAME=FLAG,...`` (repeatable) runs the bench several ways in
+the same interleaved starts, to take the gap apart one cause at a time; the
+flag ``--greedy`` makes the bench sample as omni does (its other flags are
+``vllm bench latency``'s own). Each side is compared with the one before it
+(the cost of what changed between them) and every omni arm with every side:
+
+    .venv/bin/python benchmarks/vllm_vs_bench_latency.py --input-len 384 --output-len 48 --batch 6 \
+        --passes 5 --admission as_generate --bench-side bench= \
+        --bench-side nostats=--disable-log-stats --bench-side nostats-greedy=--disable-log-stats,--greedy
+
     .venv/bin/python benchmarks/vllm_vs_bench_latency.py [--passes 3] [--admission as_generate]
     .venv/bin/python benchmarks/vllm_vs_bench_latency.py --input-len 2048 --output-len 128 --batch 8 \
         --max-num-batched-tokens 2048 --kv-bytes 50331648 --passes 2 --warmup 1 --iterations 2
@@ -174,56 +184,84 @@ def main() -> None:
         default=[],
         help="a flag for vllm bench latency, as given (repeatable), e.g. --bench-arg=--disable-log-stats",
     )
+    parser.add_argument(
+        "--bench-side",
+        action="append",
+        default=[],
+        type=bench_side,
+        help="NAME=FLAG,FLAG: one more way to run the bench in every start (repeatable; replaces --bench-arg); "
+        "--greedy samples as omni does",
+    )
     args = parser.parse_args()
+    sides = dict(args.bench_side) or {"vllm bench latency": args.bench_arg}
     arms = [omni_arm(args, mode) for mode in args.admission]
     work = Path(tempfile.mkdtemp(prefix="omni-bench-"))
     spec = omni_arm_spec(work, arms, args.passes)
     prepared = prepare_sweep(SweepRequest(spec=spec, results=work / "results", force=True))
     res = prepared.context.resources[arms[0]["name"]]
     slot = allocate_slots(read_topology())[0]
-    bench: list[list[float]] = []
+    bench: dict[str, list[list[float]]] = {name: [] for name in sides}
     omni: dict[str, list[list[float]]] = {arm["name"]: [] for arm in arms}
     for index in range(args.passes):
         items = {item.arm.name: item for item in prepared.items if item.pass_index == index}
         seen = {}
-        for side in random.Random(index).sample(["bench", *items], len(items) + 1):
-            if side == "bench":
-                bench.append(
-                    bench_latency(
-                        slot, res.python, res.model_path, arms[0], work / f"bench{index}.json", args.bench_arg
-                    )
-                )
+        order = [*(("bench", name) for name in sides), *(("omni", name) for name in items)]
+        for kind, side in random.Random(index).sample(order, len(order)):
+            if kind == "bench":
+                out = work / f"bench{index}-{len(bench[side])}-{abs(hash(side))}.json"
+                bench[side].append(bench_latency(slot, res.python, res.model_path, arms[0], out, sides[side]))
                 continue
             row = run_and_store(prepared.context, items[side])
             if row["status"] != "ok":
                 raise SystemExit(f"omni run failed: {row['error']}")
             omni[side].append(omni_latencies(work / "results", items[side].run_id))
             seen[side] = describe_requests(row)
-        shown = "; ".join(f"{name} {[round(v * 1000, 1) for v in omni[name][-1]]} ms ({seen[name]})" for name in omni)
-        print(f"start {index}: vllm bench {[round(v * 1000, 1) for v in bench[-1]]} ms; {shown}", flush=True)
+        shown = "; ".join(
+            [f"{name} {[round(v * 1000, 1) for v in bench[name][-1]]} ms" for name in bench]
+            + [f"{name} {[round(v * 1000, 1) for v in omni[name][-1]]} ms ({seen[name]})" for name in omni]
+        )
+        print(f"start {index}: {shown}", flush=True)
     budget = step_budget(arms[0])
+    shown_sides = "; ".join(f"{n}: {' '.join(f) or 'as shipped'}" for n, f in sides.items())
     print(
         f"cores {format_cpulist(slot.cpus)}, tiny-llama, input {args.input_len}, output {args.output_len}, "
         f"batch {args.batch}, eager, bf16, max_num_batched_tokens {budget or 'vLLM default'}; "
-        f"vllm bench latency flags added: {' '.join(args.bench_arg) or 'none'}"
+        f"bench sides: {shown_sides}"
     )
-    b = report("vllm bench latency", bench)
-    bench_noise = spread([statistics.median(s) for s in bench])
+    medians = {name: report(name, starts) for name, starts in bench.items()}
+    names = list(bench)
+    for before, after in zip(names, names[1:]):
+        compare(f"bench {after} / {before}", bench[after], bench[before], "what changed between the two sides")
     for arm in arms:
         name, mode = arm["name"], arm["params"]["admission"]
-        o = report(f"omni vllm arm ({mode})", omni[name])
-        noise = max(bench_noise, spread([statistics.median(s) for s in omni[name]]))
-        paired = [statistics.median(x) / statistics.median(y) for x, y in zip(omni[name], bench)]
-        verdict = "agree within the between-start noise" if abs(o / b - 1) <= noise else "DIFFER by more than the noise"
+        report(f"omni vllm arm ({mode})", omni[name])
         meaning = (
             "omni's stepped, timestamped loop: both add the batch as LLM.generate does"
             if mode == "as_generate"
             else "omni's batch added with the scheduler paused, the bench's while vLLM steps: a difference of definition"
         )
-        print(
-            f"ratio omni ({mode})/bench e2e {o / b:.3f}, paired by start {min(paired):.3f}-{max(paired):.3f} "
-            f"({meaning}); {verdict} ({noise:.1%})"
-        )
+        for side in medians:
+            compare(f"omni ({mode}) / {side}", omni[name], bench[side], meaning)
+
+
+def compare(label: str, these: list[list[float]], those: list[list[float]], meaning: str) -> None:
+    """Ratio of the medians over every iteration, paired by start, against the noise between starts."""
+    ratio = statistics.median(v for s in these for v in s) / statistics.median(v for s in those for v in s)
+    noise = max(spread([statistics.median(s) for s in these]), spread([statistics.median(s) for s in those]))
+    paired = [statistics.median(x) / statistics.median(y) for x, y in zip(these, those)]
+    shorter = sum(p < 1 for p in paired)
+    verdict = "within the between-start noise" if abs(ratio - 1) <= noise else "DIFFER by more than the noise"
+    print(
+        f"ratio {label} e2e {ratio:.3f}, paired by start {min(paired):.3f}-{max(paired):.3f} "
+        f"(shorter in {shorter} of {len(paired)} starts; {meaning}); {verdict} ({noise:.1%})"
+    )
+
+
+def bench_side(text: str) -> tuple[str, list[str]]:
+    name, sep, flags = text.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"{text!r}: a bench side is NAME=FLAG,FLAG (e.g. nostats=--disable-log-stats)")
+    return name, [f for f in flags.split(",") if f]
 
 
 if __name__ == "__main__":
