@@ -208,7 +208,7 @@ def main() -> None:
         order = [*(("bench", name) for name in sides), *(("omni", name) for name in items)]
         for kind, side in random.Random(index).sample(order, len(order)):
             if kind == "bench":
-                out = work / f"bench{index}-{len(bench[side])}-{abs(hash(side))}.json"
+                out = work / f"bench{index}-{list(sides).index(side)}.json"
                 bench[side].append(bench_latency(slot, res.python, res.model_path, arms[0], out, sides[side]))
                 continue
             row = run_and_store(prepared.context, items[side])

@@ -1,8 +1,9 @@
 """A slot's limits: the bandwidth and matmul peaks its runs are judged against.
 
 Measured the way a run runs (the slot's CPUs, its memory node, the engine's
-thread count), each figure repeated (:data:`REPEATS`, more until its best
-rate is reached twice: :func:`settled`) and kept with every value, so its
+thread count), each bandwidth figure repeated (:data:`BANDWIDTH_REPEATS`,
+more until its best rate is reached twice: :func:`settled`), each matmul
+:data:`MATMUL_CALLS` times, and kept with every value, so its
 spread is known. The roof a run is judged against is that confirmed best
 rate (:func:`confirmed_best`), not the median: a ceiling is what the slot
 can reach, and on a shared host every disturbance lowers a figure.
@@ -47,10 +48,10 @@ from omni.host.placement import measure_busy, numactl_path, pin_argv
 from omni.host.provenance import collect_cpu, collect_numa
 from omni.host.topology import Slot, read_topology
 
-REPEATS = 5
-MAX_REPEATS = 12
-# bandwidth repeats more: on a shared VM its runs fall into modes (page placement, a neighbour's
-# traffic), and a roof must be the upper one; at p = 0.4 per run, 10 runs miss it 0.6 % of the time
+# timed calls of each matmul (about 0.1 s each at MATMUL_N): its roof is their second best
+MATMUL_CALLS = 12
+# on a shared VM bandwidth runs fall into modes (page placement, a neighbour's traffic), and a
+# roof must be the upper one; at p = 0.4 per run, 10 runs miss it 0.6 % of the time
 BANDWIDTH_REPEATS = 10
 BANDWIDTH_MAX_REPEATS = 16
 # a figure's roof is the best rate a second repeat came this close to (confirmed, not one run's glitch)
@@ -146,7 +147,7 @@ def summarize(values: list[float]) -> dict:
     }
 
 
-def settled(values: list[float], least: int = REPEATS, most: int = MAX_REPEATS) -> bool:
+def settled(values: list[float], least: int = BANDWIDTH_REPEATS, most: int = BANDWIDTH_MAX_REPEATS) -> bool:
     """At least ``least`` runs, then until the best rate is confirmed by a
     second run within CONFIRMED, at most ``most``."""
     if len(values) >= most:
@@ -154,9 +155,9 @@ def settled(values: list[float], least: int = REPEATS, most: int = MAX_REPEATS) 
     return len(values) >= least and confirmed_best(values) >= max(values) * (1 - CONFIRMED)
 
 
-def repeat(measure_once, least: int = BANDWIDTH_REPEATS, most: int = BANDWIDTH_MAX_REPEATS) -> list[float]:
+def repeat(measure_once) -> list[float]:
     values: list[float] = []
-    while not settled(values, least, most):
+    while not settled(values):
         values.append(measure_once())
     return values
 
@@ -201,7 +202,7 @@ def measure_bandwidth(binding: Binding, cpu_flags, root: str | Path = "/") -> di
 
 def measure_matmul(binding: Binding, python: str | Path) -> dict:
     """Peak matmul per dtype: the probe, run in the engine env, bound to the slot."""
-    probe = [str(python), "-m", "omni.host.matmul_probe", str(binding.threads), str(MATMUL_N), str(MAX_REPEATS)]
+    probe = [str(python), "-m", "omni.host.matmul_probe", str(binding.threads), str(MATMUL_N), str(MATMUL_CALLS)]
     slot = Slot(index=0, node=binding.node, cpus=binding.cpus[: binding.threads], mems=(binding.node,))
     argv, _ = pin_argv(slot, probe, numactl_path())
     env = {**os.environ, "OMP_NUM_THREADS": str(binding.threads)}

@@ -150,7 +150,7 @@ def test_a_dtypes_roof_is_the_best_matmul_that_can_do_its_work():
     from omni.measure.roofline import compute_roof
 
     # an AVX2-only host: torch's bf16 matmul (converted) is slower than its fp32 one
-    limits = {"figures": {"matmul_fp32": {"roof": 100e9}, "matmul_bf16": {"median": 60e9}}}
+    limits = {"figures": {"matmul_fp32": {"roof": 100e9}, "matmul_bf16": {"roof": 60e9}}}
     assert compute_roof(limits, "bf16") == 100e9 and compute_roof(limits, "int8") == 100e9
     assert compute_roof(limits, "fp32") == 100e9 and compute_roof({"figures": {}}, "bf16") is None
 
